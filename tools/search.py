@@ -3,15 +3,15 @@
 ``python tools/search.py CONFIG CHECKPOINT --media PATH [PATH ...] --lang de --query TEXT ...``
 encodes the media (a folder: every image and video below it, by suffix, in path order) as
 ``xmr.apis.MediaIndex.from_media`` does and prints, per query, the ``--k`` best media with their
-scores (cosines, or the model's token scores, below). A file that cannot be read stops the search, or with ``--on-corrupt skip`` is
-named and left out. ``--index FILE`` with ``--media`` saves the gallery's index there
-(``MediaIndex.save``), so that later searches, ``--index FILE`` without ``--media``, encode only
-their queries; the saved index refuses a model whose backbone did not encode it
-(``MediaIndex.load``), and serves one trained on more languages since. ``--update`` adds to it
-the media it lacks, ``--prune`` drops those whose files are gone. ``--out FILE.json`` writes
-the hits (replacing only an earlier search's, with ``--overwrite``). ``--index-option NAME=N``
-sets the faiss options of a new ``--index-type`` index, and those a saved one searches with
-(``nprobe``, ``ef_search``) for this run.
+scores (cosines, or the model's token scores, below). A file that cannot be read stops the
+search, or with ``--on-corrupt skip`` is named and left out. ``--index FILE`` with ``--media``
+saves the gallery's index there (``MediaIndex.save``), so that later searches, ``--index FILE``
+without ``--media``, encode only their queries; the saved index refuses a model whose backbone
+did not encode it (``MediaIndex.load``), and serves one trained on more languages since.
+``--update`` adds to it the media it lacks, ``--prune`` drops those whose files are gone.
+``--out FILE.json`` writes the hits (replacing only an earlier search's, with ``--overwrite``).
+``--index-option NAME=N`` sets the faiss options of a new ``--index-type`` index, and those a
+saved one searches with (``nprobe``, ``ef_search``) for this run.
 
 A model that scores a media and a caption from their tokens (``model.token_score()``: CDDS's
 ``DualEncoderRetriever(retrieval_score='patch_word')``) ranks as its evaluation does: the index
