@@ -143,6 +143,8 @@ def build_config(args: argparse.Namespace) -> Config:
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
     # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
     work_dir = args.work_dir or str(output_paths(args)[0].absolute().parent / 'test')
+    if not args.work_dir:  # the logs' folder is the result's: what is wrong there is its
+        check_writable(output_paths(args)[0], args.overwrite, _result_given_by(args), make=False)
     given_folder(work_dir, '--work-dir' if args.work_dir else 'the test logs beside the result',
                  'give a folder for the test logs (made if absent)'
                  + ('' if args.work_dir else ' with --work-dir'))
@@ -159,6 +161,11 @@ def build_config(args: argparse.Namespace) -> Config:
     # The checkpoint is loaded strictly below; the runner must neither load nor resume.
     cfg.load_from, cfg.resume = None, False
     return cfg
+
+
+def _result_given_by(args: argparse.Namespace) -> str:
+    """Where the result's path comes from, as its errors name it."""
+    return '--out' if args.out is not None else 'the default, beside CHECKPOINT'
 
 
 def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -193,7 +200,8 @@ def _result_files_exist(json_path: Path) -> bool:
     return json_path.exists() or json_path.with_suffix('.csv').exists()
 
 
-def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out') -> None:
+def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out',
+                   make: bool = True) -> None:
     """Stop before testing when the result cannot be written where it goes.
 
     Args:
@@ -201,6 +209,8 @@ def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out') ->
         overwrite: whether an earlier test result there may be replaced.
         given_by: what named ``json_path``, for the message (``'--out'``, or the default
             beside the checkpoint).
+        make: make its folder and write a trial file there; ``False`` checks only what can be
+            known without writing (:func:`~xmr.utils.cli.given_output`).
 
     Raises:
         UserError: ``json_path`` does not end in ``.json``, a folder or a file other than an
@@ -217,7 +227,7 @@ def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out') ->
     if _result_files_exist(json_path):
         check_earlier_result(json_path, overwrite)
     check_earlier_clip_benchmark_files(json_path, overwrite)
-    given_output(json_path, given_by, 'give a writable --out')
+    given_output(json_path, given_by, 'give a writable --out', make=make)
 
 
 def check_earlier_result(json_path: Path, overwrite: bool) -> None:
@@ -521,8 +531,7 @@ def _test_or_compare(args: argparse.Namespace) -> None:
     check_annotation_files(cfg, ['test'])
     prepare_process(cfg, args.launcher)
     json_path, csv_path = output_paths(args)
-    check_writable(json_path, args.overwrite,
-                   '--out' if args.out is not None else 'the default, beside CHECKPOINT')
+    check_writable(json_path, args.overwrite, _result_given_by(args))
     taken_before = _result_files_exist(json_path)
     check_work_dir(args)
     result, scored = run_test(args, cfg)

@@ -335,9 +335,9 @@ def test_an_export_beneath_a_file_is_refused_naming_out_dir_before_any_module_is
         _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
               str(tmp_path / 'modules' / 'run1')], monkeypatch)
     assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'modules' / 'run1' / 'de.pth'} (--out-dir): cannot be written "
-        f"there ({tmp_path / 'modules'} is a file, not a folder): export into another "
-        '--out-dir\n')
+        f"error: {tmp_path / 'modules' / 'run1'} (--out-dir): cannot be made there "
+        f"({tmp_path / 'modules'} is a file, not a folder): name a folder (made if missing) for "
+        'the module files\n')
     assert (tmp_path / 'modules').read_text() == 'notes'
 
 

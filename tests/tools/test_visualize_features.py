@@ -201,7 +201,7 @@ def test_a_caption_file_not_in_utf_8_is_named_with_its_line_and_a_bom_is_dropped
     ('--device', 'foo', '--device foo: is no torch device: give cpu, cuda or cuda:N'),
     ('--device', 'cuda:64', '--device cuda:64: this machine has'),
     ('--out-dir', 'afile', 'afile (--out-dir): is a file, not a folder'),
-    ('--out-dir', 'afile/maps', 'afile/maps/de_fsa.png (--out-dir): cannot be written there '
+    ('--out-dir', 'afile/maps', 'afile/maps (--out-dir): cannot be made there '
      '({afile} is a file, not a folder): give a folder (made if missing) for the map'),
 ])
 def test_a_device_or_out_dir_it_cannot_use_is_refused_before_the_model(tmp_path, monkeypatch,

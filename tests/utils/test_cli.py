@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -623,3 +624,25 @@ def test_run_by_the_xmr_command_an_error_names_the_tools_as_xmr_commands(run_by,
     monkeypatch.setattr(cli, 'command_name', run_by)
     err = _fails_with(_raise(UserError('a.json', 'is old', NAMED_TOOLS)), [], capsys)
     assert err == f'error: a.json: is old: {named}\n'
+
+
+def test_a_folder_or_output_beneath_a_file_is_named_before_anything_is_written(tmp_path):
+    """A work dir beneath a file passed, and the run failed on 'Not a directory' once its work
+    was done (tools/cache_features.py --work-dir, tools/visualize_features.py --out-dir)."""
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'file' / 'a' / 'b'} (--work-dir): cannot be made there "
+            f"({tmp_path / 'file'} is a file, not a folder): give a folder")):
+        cli.given_folder(tmp_path / 'file' / 'a' / 'b', '--work-dir', 'give a folder')
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'file'} (--work-dir): is a file, not a folder: give a folder")):
+        cli.given_folder(tmp_path / 'file', '--work-dir', 'give a folder')
+    cli.given_folder(tmp_path / 'new' / 'deeper', '--work-dir', 'give a folder')
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'file' / 'r.json'} (--out): cannot be written there "
+            f"({tmp_path / 'file'} is a file, not a folder)")):
+        cli.given_output(tmp_path / 'file' / 'r.json', '--out', 'give another', make=False)
+    cli.given_output(tmp_path / 'new' / 'r.json', '--out', 'give another', make=False)
+    assert not (tmp_path / 'new').exists()  # checked, nothing made
+    cli.given_output(tmp_path / 'new' / 'r.json', '--out', 'give another')
+    assert (tmp_path / 'new').is_dir() and not list((tmp_path / 'new').iterdir())

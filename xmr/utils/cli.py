@@ -253,21 +253,36 @@ def given_folder(path: str | os.PathLike, key: str, fix: str) -> None:
     ``File exists``, naming no key). A folder that does not exist yet passes: the run makes it.
 
     Raises:
-        UserError: ``<path> (<key>): is a file, not a folder``, or a link to nothing (a scratch
-            disk not mounted; ``os.makedirs`` said ``File exists``).
+        UserError: ``<path> (<key>): is a file, not a folder``, ``cannot be made there (<file>
+            is a file, not a folder)`` for a file standing where a folder above it goes
+            (``os.makedirs`` said ``Not a directory`` once the run's work was done), or a link
+            to nothing (a scratch disk not mounted; ``os.makedirs`` said ``File exists``).
     """
     if os.path.islink(path) and not os.path.exists(path):
         raise UserError(f'{os.fspath(path)} ({key})', f'is a link to {os.readlink(path)}, which '
                         'does not exist', 'mount or make the folder it points to, or give '
                         'another')
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f'{os.fspath(path)} ({key})', 'is a file, not a folder', fix)
+    standing = _nearest_existing(os.path.abspath(path))
+    if not os.path.isdir(standing):
+        problem = ('is a file, not a folder' if standing == os.path.abspath(path)
+                   else f'cannot be made there ({standing} is a file, not a folder)')
+        raise UserError(f'{os.fspath(path)} ({key})', problem, fix)
 
 
-def given_output(path: str | os.PathLike, key: str, fix: str) -> None:
+def _nearest_existing(path: str) -> str:
+    """``path`` or the nearest folder above it that exists: what stands where a folder to be
+    made goes."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def given_output(path: str | os.PathLike, key: str, fix: str, make: bool = True) -> None:
     """Refuse a file a tool is told to write (``--out``, a new ``--index``) where it cannot be
     written, before the work that makes it (a search wrote its hits, a gallery its index,
     only to fail on a folder standing there): the folder it goes in is made if missing.
+    ``make=False`` writes nothing: what is known without it (a folder at ``path``, a file
+    above it) is refused, a folder not writable passes.
 
     Raises:
         UserError: ``<path> (<key>): is a folder, not a file``, or ``cannot be written there
@@ -278,12 +293,12 @@ def given_output(path: str | os.PathLike, key: str, fix: str) -> None:
     if os.path.isdir(path):
         raise UserError(where, 'is a folder, not a file', fix)
     folder = os.path.dirname(os.path.abspath(path))
-    standing = folder
-    while not os.path.exists(standing):
-        standing = os.path.dirname(standing)
+    standing = _nearest_existing(folder)
     if not os.path.isdir(standing):  # os.makedirs says 'File exists', naming no file
         raise UserError(where, f'cannot be written there ({standing} is a file, not a folder)',
                         fix)
+    if not make:
+        return
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
