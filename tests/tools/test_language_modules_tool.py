@@ -306,8 +306,14 @@ def test_an_export_with_a_diverged_language_writes_no_file(tmp_path, monkeypatch
     assert not (tmp_path / 'modules').exists() or not any((tmp_path / 'modules').iterdir())
 
 
-def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsys):
-    """An --out-dir that is a file failed with the OS's terse 'File exists'."""
+@pytest.mark.parametrize('out_dir, problem', [
+    ('modules', 'is a file, not a folder'),
+    ('modules/run1', 'cannot be made there ({modules} is a file, not a folder)'),
+])
+def test_an_export_into_or_beneath_a_file_is_refused_naming_out_dir(tmp_path, monkeypatch,
+                                                                    capsys, out_dir, problem):
+    """An --out-dir that is a file failed with the OS's terse 'File exists', one beneath a
+    file on 'Not a directory', naming no flag."""
     from xmr.apis import init_retriever
 
     config = tmp_path / 'tiny_lora.py'
@@ -316,27 +322,10 @@ def test_an_export_into_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsy
     (tmp_path / 'modules').write_text('notes')
     with pytest.raises(SystemExit, match='2'):
         _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
-              str(tmp_path / 'modules')], monkeypatch)
-    assert f"{tmp_path / 'modules'} (--out-dir): is a file, not a folder: name a folder" in (
-        capsys.readouterr().err)
-    assert (tmp_path / 'modules').read_text() == 'notes'
-
-
-def test_an_export_beneath_a_file_is_refused_naming_out_dir_before_any_module_is_written(
-        tmp_path, monkeypatch, capsys):
-    """An --out-dir beneath a file failed on the OS's 'Not a directory', naming no flag."""
-    from xmr.apis import init_retriever
-
-    config = tmp_path / 'tiny_lora.py'
-    config.write_text(CONFIG)
-    torch.save(dict(state_dict=init_retriever(config).state_dict()), tmp_path / 'trained.pth')
-    (tmp_path / 'modules').write_text('notes')
-    with pytest.raises(SystemExit, match='2'):
-        _run(['export', str(config), str(tmp_path / 'trained.pth'), '--out-dir',
-              str(tmp_path / 'modules' / 'run1')], monkeypatch)
+              str(tmp_path / out_dir)], monkeypatch)
     assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'modules' / 'run1'} (--out-dir): cannot be made there "
-        f"({tmp_path / 'modules'} is a file, not a folder): name a folder (made if missing) for "
+        f"error: {tmp_path / out_dir} (--out-dir): "
+        f"{problem.format(modules=tmp_path / 'modules')}: name a folder (made if missing) for "
         'the module files\n')
     assert (tmp_path / 'modules').read_text() == 'notes'
 
