@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     # model is built: a language it lacks was refused once the backbone had loaded.
     if args.command == 'merge':
         modules = _pairs(args.modules)
-        check_config_languages(cfg, list(modules), '--modules')
+        check_config_languages(cfg, list(modules), '--modules', with_modules=True)
         _check_merge_out(args, modules)
         _check_module_files(modules)
     elif args.command == 'export':
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         # file names follow them.
         langs = normalize_languages(args.langs, '--langs') if args.langs else None
         if langs:
-            check_config_languages(cfg, langs, '--langs')
+            check_config_languages(cfg, langs, '--langs', with_modules=True)
         given_folder(args.out_dir, '--out-dir',
                      'name a folder (made if missing) for the module files')
     if checkpoint is not None:

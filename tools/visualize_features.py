@@ -308,9 +308,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     from xmr.fileio import atomic_write_bytes, atomic_write_text
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
-    # A language the config's model lacks was refused only once the model stood; the source
-    # language, read but without f^sa / f^sr, is left to check_model.
-    check_config_languages(cfg, args.lang, '--lang')
+    # A language the config's model lacks, or its source language (read, but without f^sa /
+    # f^sr), was refused only once the model stood.
+    check_config_languages(cfg, args.lang, '--lang', with_modules=True)
     given_folder(args.out_dir, '--out-dir', 'give a folder (made if missing) for the map')
     written = output_paths(args.out_dir, args.lang, args.feature)
     check_outputs(written, args.overwrite)

@@ -493,6 +493,15 @@ def test_the_config_s_languages_are_checked_as_the_built_model_checks_them(model
     _assert_checked_as_the_model(model, config, 'source_language and model.language_branch.')
     with pytest.raises(ValueError, match="--lang: unknown language code 'xq'"):
         check_config_languages(config, ['de', 'xq'], '--lang')
+    # With modules: the built model's targets pass, its source language is refused.
+    for lang in model.languages:
+        check_config_languages(config, lang, '--langs', with_modules=True)
+    with pytest.raises(ValueError, match=re.escape(
+            f"--langs: '{model.source_language}' is the model's source language, read by its "
+            'frozen tower with no module of its own; give one of its target languages '
+            f"{model.languages} (the config's source_language and")):
+        check_config_languages(config, [*model.languages, model.source_language], '--langs',
+                               with_modules=True)
 
 
 def test_the_config_s_languages_are_read_from_a_file_as_init_retriever_reads_it(tmp_path):

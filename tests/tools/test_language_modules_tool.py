@@ -160,6 +160,29 @@ def test_a_language_the_config_lacks_is_refused_before_the_model_is_built(
     assert not (tmp_path / 'modules').exists() and not (tmp_path / 'x.pth').exists()
 
 
+@pytest.mark.parametrize('command', ['export', 'merge'])
+def test_the_source_language_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
+                                                                  capsys, command):
+    """The source language is read by the frozen tower and has no module to export or merge
+    into: '--langs en' was refused only once the model stood."""
+    config = tmp_path / 'tiny_lora.py'
+    config.write_text(CONFIG)
+    torch.save(dict(state_dict={'w': torch.zeros(4)}), tmp_path / 'trained.pth')
+    _refuse_building(monkeypatch)
+    given = {'export': [str(tmp_path / 'trained.pth'), '--langs', 'de', 'EN', '--out-dir',
+                        str(tmp_path / 'modules')],
+             'merge': ['--modules', f'en={tmp_path / "trained.pth"}', '--out',
+                       str(tmp_path / 'x.pth')]}[command]
+    flag = {'export': '--langs', 'merge': '--modules'}[command]
+    with pytest.raises(SystemExit, match='2'):
+        _run([command, str(config), *given], monkeypatch)
+    assert capsys.readouterr().err == (
+        f"error: {flag}: 'en' is the model's source language, read by its frozen tower with no "
+        "module of its own; give one of its target languages ['de', 'fr'] (the config's "
+        'source_language and model.language_branch.languages)\n')
+    assert not (tmp_path / 'modules').exists() and not (tmp_path / 'x.pth').exists()
+
+
 def test_an_export_into_a_file_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
                                                                    capsys):
     config = tmp_path / 'tiny_lora.py'

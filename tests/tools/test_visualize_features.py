@@ -94,10 +94,6 @@ def test_models_without_the_feature_are_refused(tmp_path):
     only_sr = dict(DISENTANGLER, features=['sr'], use_adversarial=False)
     with pytest.raises(ValueError, match=r"computes only \['sr'\], not 'sa'"):
         run(tmp_path, write_config(tmp_path, disentangler=only_sr))
-    # The source language is read by the model, but has no f^sa / f^sr.
-    with pytest.raises(ValueError, match="'en' is not a target language"):
-        tool['main']([str(write_config(tmp_path)), '--lang', 'en', '--clusters', '2',
-                      '--out-dir', str(tmp_path)])
 
 
 def test_a_language_the_config_lacks_is_refused_before_the_model_is_built(tmp_path,
@@ -110,6 +106,19 @@ def test_a_language_the_config_lacks_is_refused_before_the_model_is_built(tmp_pa
             "--lang: the model has no adapters for ['fr']; it reads ['en', 'de', 'zh'] "
             "(the config's source_language and model.language_branch.languages)")):
         run(tmp_path, config, '--lang', 'fr')
+    assert not (tmp_path / 'out').exists()
+
+
+def test_the_source_language_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
+    """'--lang en' is read by the model but has no f^sa / f^sr: it was refused only once the
+    model stood."""
+    config = write_config(tmp_path)
+    _refuse_building(monkeypatch)
+    with pytest.raises(ValueError, match=re.escape(
+            "--lang: 'en' is the model's source language, read by its frozen tower with no "
+            "module of its own; give one of its target languages ['de', 'zh'] (the config's "
+            'source_language and model.language_branch.languages)')):
+        run(tmp_path, config, '--lang', 'en')
     assert not (tmp_path / 'out').exists()
 
 

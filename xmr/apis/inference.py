@@ -264,7 +264,7 @@ def check_languages(model: BaseRetriever, languages: str | Sequence[str],
 
 
 def check_config_languages(config: str | os.PathLike | Config, languages: str | Sequence[str],
-                           where: str = 'query') -> None:
+                           where: str = 'query', with_modules: bool = False) -> None:
     """:func:`check_languages` from a config alone, before its model is built (a backbone's
     weights take seconds to minutes to load): the source language and the targets of its
     ``language_branch`` (a :class:`~xmr.models.retrievers.CrossLingualRetriever`), the
@@ -279,13 +279,16 @@ def check_config_languages(config: str | os.PathLike | Config, languages: str | 
             register is then known), or a :class:`Config` whose modules are imported.
         languages: one code or several, in any spelling ``normalize_language`` reads.
         where: what holds them, named in the error.
+        with_modules: only languages with a trained module of their own, as an export, a
+            merge or a disentangler's features need them: a cross-lingual model's source
+            language is refused (:meth:`BaseRetriever.check_module_languages`).
 
     Raises:
         UserError: a config file that is missing, a folder or unreadable, or a module of its
             ``custom_imports`` that fails to import, as :func:`init_retriever` says it.
         LanguageCodeError: (a ``ValueError``) a code that names no language.
-        ValueError: as :func:`check_languages`, naming ``where`` and the trained languages,
-            said to be the config's.
+        ValueError: as :func:`check_languages` (and, ``with_modules``, for a language without a
+            module), naming ``where`` and the trained languages, said to be the config's.
     """
     if not isinstance(config, Config):
         config, _ = _read_config(config)
@@ -301,6 +304,8 @@ def check_config_languages(config: str | os.PathLike | Config, languages: str | 
         return
     try:
         kind.check_read(codes, read, where)
+        if with_modules:
+            kind.check_module_languages(codes, read, where)
     except ValueError as error:
         # Read from the config, not a checkpoint: a checkpoint of other languages is refused
         # as it loads.

@@ -291,6 +291,13 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         if unread:
             raise ValueError(f'{where}: the model does not read {unread}; it reads {list(read)}')
 
+    @classmethod
+    def check_module_languages(cls, languages: Sequence[str], read: Sequence[str],
+                               where: str) -> None:
+        """Refuse, among ``languages`` the model reads (:meth:`check_read` passed on ``read``),
+        those without a trained module of their own (what an export, a merge or a
+        disentangler's features need): none here, every language being the model's own."""
+
     def media_head(self) -> dict[str, nn.Module]:
         """The trained modules a media's retrieval embedding passes through after the backbone,
         by name (a saved gallery's ``encoded_by`` keys them beside the backbone): none here, as

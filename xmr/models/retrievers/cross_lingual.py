@@ -300,6 +300,19 @@ class CrossLingualRetriever(BaseRetriever):
         """:func:`check_read_languages`: the first language read is the source one."""
         check_read_languages(languages, read[0], list(read[1:]), where)
 
+    @classmethod
+    def check_module_languages(cls, languages: Sequence[str], read: Sequence[str],
+                               where: str) -> None:
+        """The source language (``read[0]``) is refused: its frozen tower reads it unchanged.
+
+        Raises:
+            ValueError: naming ``where``, the source language and the targets to give.
+        """
+        if read[0] in languages:
+            raise ValueError(f"{where}: '{read[0]}' is the model's source language, read by its "
+                             'frozen tower with no module of its own; give one of its target '
+                             f'languages {list(read[1:])}')
+
     def check_languages(self, languages: Sequence[str], where: str) -> None:
         """Fail unless the model reads every language: its source one or one it has adapters for.
 
