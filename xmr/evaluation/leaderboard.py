@@ -63,6 +63,7 @@ from xmr.ablations import ablation_suffix
 from xmr.datasets.languages import is_language_alias, normalize_language
 from xmr.fileio import atomic_write_text, atomic_write_texts
 from xmr.json_files import load_json, lone_surrogate
+from xmr.utils.listing import repeated
 
 __all__ = [
     'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
@@ -612,11 +613,11 @@ def _seed_mean(seeds: Sequence[EvaluationResult], label: str) -> EvaluationResul
     labelled with its config's ``label``."""
     first = seeds[0]
     numbers = [result.extra['seed'] for result in seeds]
-    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
-    if repeated:
-        twice = [result for result in seeds if result.extra['seed'] == repeated[0]]
-        raise ValueError(f'seed {repeated[0]} of {first.name} is in {len(twice)} results, of '
-                         + ', '.join(result.checkpoint or result.name for result in twice)
+    twice = repeated(numbers)
+    if twice:
+        runs = [result for result in seeds if result.extra['seed'] == twice[0]]
+        raise ValueError(f'seed {twice[0]} of {first.name} is in {len(runs)} results, of '
+                         + ', '.join(result.checkpoint or result.name for result in runs)
                          + ': --over-seeds averages results of one config, checkpoint name and '
                          'test as seeds of one run; compare each seed once')
     for result in seeds[1:]:

@@ -55,13 +55,14 @@ from xmr.evaluation.search import (
     exact_ranks,
 )
 from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
-from xmr.utils.counts import is_count
+from xmr.utils.counts import check_count, is_count
+from xmr.utils.listing import repeated
 
 __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
     'coco_1k_folds', 'xtd10_fewshot_split', 'protocol_galleries', 'evaluate_language',
-    'evaluate_protocol', 'check_recall_ks', 'check_folds', 'SHARED_SCORES_ELEMENTS',
-    'MediaSearchers',
+    'evaluate_protocol', 'check_recall_ks', 'check_i2t_mode', 'check_folds',
+    'SHARED_SCORES_ELEMENTS', 'MediaSearchers',
 ]
 
 DIRECTIONS = ('t2i', 'i2t')
@@ -283,8 +284,7 @@ def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
         ValueError: ``num_folds`` below 1, an empty ``folds`` (no fold to average), a fold
             outside ``0..num_folds - 1`` or given twice (the mean would count it twice).
     """
-    if not is_count(num_folds):
-        raise ValueError(f'num_folds must be a positive integer, got {num_folds!r}.')
+    check_count(num_folds, 'num_folds')
     if folds is None:
         return
     if not len(folds):
@@ -293,9 +293,9 @@ def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
     for fold in folds:
         if not 0 <= fold < num_folds:
             raise ValueError(f'fold {fold} does not exist; folds are 0..{num_folds - 1}.')
-    repeated = sorted({fold for fold in folds if list(folds).count(fold) > 1})
-    if repeated:
-        raise ValueError(f'folds {tuple(folds)} repeat fold {", ".join(map(str, repeated))}: the '
+    twice = repeated(folds)
+    if twice:
+        raise ValueError(f'folds {tuple(folds)} repeat fold {", ".join(map(str, twice))}: the '
                          'mean over folds would count it twice; give each fold once.')
 
 
@@ -497,10 +497,20 @@ def check_recall_ks(recall_ks: Sequence[int]) -> None:
     """
     if not recall_ks or not all(is_count(k) for k in recall_ks):
         raise ValueError(f'recall_ks must be positive integers, got {tuple(recall_ks)}.')
-    repeated = sorted({int(k) for k in recall_ks if list(recall_ks).count(k) > 1})
-    if repeated:
-        raise ValueError(f'recall_ks {tuple(recall_ks)} repeat {", ".join(map(str, repeated))}; '
+    twice = repeated(recall_ks)
+    if twice:
+        raise ValueError(f'recall_ks {tuple(recall_ks)} repeat {", ".join(map(str, twice))}; '
                          'AR and rSum would count those recalls twice: give each K once.')
+
+
+def check_i2t_mode(i2t_mode: str) -> None:
+    """Refuse a media→text ranking that is not one of :data:`I2T_MODES`.
+
+    Raises:
+        ValueError: naming the mode given and those there are.
+    """
+    if i2t_mode not in I2T_MODES:
+        raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")
 
 
 def _check_options(directions: Sequence[str], recall_ks: Sequence[int], i2t_mode: str) -> None:
@@ -509,5 +519,4 @@ def _check_options(directions: Sequence[str], recall_ks: Sequence[int], i2t_mode
         raise ValueError(f'directions must be a non-empty subset of {DIRECTIONS}, got '
                          f'{tuple(directions)}.')
     check_recall_ks(recall_ks)
-    if i2t_mode not in I2T_MODES:
-        raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")
+    check_i2t_mode(i2t_mode)

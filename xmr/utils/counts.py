@@ -5,7 +5,7 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ['is_count', 'is_finite_number']
+__all__ = ['check_count', 'is_count', 'is_finite_number']
 
 
 def is_count(value: Any, least: int = 1) -> bool:
@@ -16,6 +16,16 @@ def is_count(value: Any, least: int = 1) -> bool:
     """
     return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
             and bool(value >= least))
+
+
+def check_count(value: Any, name: str) -> None:
+    """Refuse a ``value`` that is no positive integer (:func:`is_count`), naming it ``name``.
+
+    Raises:
+        ValueError: ``'{name} must be a positive integer, got {value!r}.'``
+    """
+    if not is_count(value):
+        raise ValueError(f'{name} must be a positive integer, got {value!r}.')
 
 
 def is_finite_number(value: Any) -> bool:

@@ -1,9 +1,10 @@
-"""How an error or a log line names the items of a list that may be long, and counts them."""
+"""How an error or a log line names the items of a list that may be long (or those it repeats),
+and counts them."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
-__all__ = ['counted', 'first_few']
+__all__ = ['counted', 'first_few', 'repeated']
 
 
 def first_few(items: Iterable[str], shown: int = 3) -> str:
@@ -25,3 +26,10 @@ def first_few(items: Iterable[str], shown: int = 3) -> str:
 def counted(count: int | float, noun: str) -> str:
     """``'1 file'``, ``'2 files'``, ``'0.5 epochs'``: a count and its noun, plural unless one."""
     return f'{count} {noun}{"s" * (count != 1)}'
+
+
+def repeated(items: Iterable[Hashable]) -> list:
+    """The items given more than once, each once, sorted: what an error about a list that
+    must name each item once (a K, a fold, a direction) names."""
+    items = list(items)
+    return sorted({item for item in items if items.count(item) > 1})
