@@ -19,11 +19,12 @@ from xmr.datasets.languages import normalize_language, normalize_languages
 from xmr.evaluation.leaderboard import format_table
 from xmr.evaluation.protocols import (
     DIRECTIONS,
-    I2T_MODES,
     PROTOCOLS,
     LanguageGallery,
     MediaSearchers,
+    Protocol,
     check_folds,
+    check_i2t_mode,
     check_recall_ks,
     evaluate_protocol,
     protocol_galleries,
@@ -33,8 +34,8 @@ from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, Toke
 from xmr.models.losses.distributed import host_group
 from xmr.registry import METRICS
 from xmr.utils.cli import UserKeyError
-from xmr.utils.counts import is_count
-from xmr.utils.listing import first_few
+from xmr.utils.counts import check_count, is_count
+from xmr.utils.listing import first_few, repeated
 
 __all__ = ['RetrievalMetric']
 
@@ -129,77 +130,28 @@ class RetrievalMetric(BaseMetric):
                                   recall_ks=recall_ks, directions=directions,
                                   folds=folds).items():
             _check_listed(option, value)
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol '{protocol}'; choose one of {sorted(PROTOCOLS)}.")
-        if i2t_mode not in I2T_MODES:
-            raise ValueError(f"i2t_mode must be one of {I2T_MODES}, got '{i2t_mode}'.")
-        self.protocol = protocol
-        spec = PROTOCOLS[protocol]
-        if directions is not None and not directions:
-            raise ValueError(f'directions must be a non-empty subset of {spec.direction_names}, '
-                             f'got {directions}.')
-        if directions is not None and len(set(directions)) < len(directions):
-            repeated = sorted({d for d in directions if list(directions).count(d) > 1})
-            raise ValueError(f'directions {tuple(directions)} repeat '
-                             f'{", ".join(map(repr, repeated))}; give each direction once.')
+        self.protocol = _checked_protocol(protocol)
+        check_i2t_mode(i2t_mode)
+        self.i2t_mode = i2t_mode
         # Stored as rankings (t2i / i2t); the keys use the protocol's names for them.
-        self.directions = tuple(spec.ranking_direction(d) for d in directions) \
-            if directions is not None else spec.directions
-        if languages is not None and not len(languages):
-            # Found only after the whole gallery was encoded, as a bare StopIteration.
-            raise ValueError(f'RetrievalMetric languages {list(languages)} name no language to '
-                             'evaluate; give some, or None for every language of the dataset.')
+        self.directions = _ranking_directions(PROTOCOLS[protocol], directions)
         check_recall_ks(recall_ks)
         self.recall_ks = tuple(int(k) for k in recall_ks)
         self._check_protocol_needs()
         self.search = dict(search or {})
         check_search_options(self.search)
-        self.languages = _canonical(languages, 'RetrievalMetric languages')
+        self.languages = _requested_languages(languages)
         self.source_language = normalize_language(source_language,
                                                   'RetrievalMetric source_language')
         self.mean_languages = _canonical(mean_languages, 'RetrievalMetric mean_languages')
-        if spec.text_gallery:
-            self._check_source_not_queried()
-        if self.languages is not None and self.mean_languages is not None:
-            outside = [lang for lang in self.mean_languages if lang not in self.languages]
-            if outside:
-                raise ValueError(f'mean_languages {outside} are not in languages '
-                                 f'{list(self.languages)}.')
-        self.i2t_mode = i2t_mode
-        if gallery_size is not None and not is_count(gallery_size):
-            # Compared with the media count only once the set was encoded, as a count it is not.
-            raise ValueError(f'RetrievalMetric gallery_size must be a positive integer (the media '
-                             f"count) or None for the protocol's own, got {gallery_size!r}.")
-        self.gallery_size = gallery_size
-        self.num_folds = num_folds
-        self.folds = tuple(folds) if folds is not None else None
-        if protocol == 'coco_1k_5fold':
-            check_folds(num_folds, self.folds)
-        if protocol == 'xtd10_fewshot':
-            _check_fewshot_shots(fewshot_shots, gallery_size or spec.gallery_size)
-        self.fewshot_shots = fewshot_shots
-        self.fewshot_seed = fewshot_seed
-        if scoring not in ('embedding', *TOKEN_SCORING_MODES):
-            raise ValueError(f"scoring must be 'embedding' or one of {TOKEN_SCORING_MODES}, got "
-                             f"'{scoring}'.")
-        if scoring != 'embedding' and PROTOCOLS[protocol].text_gallery:
-            raise ValueError(f"scoring='{scoring}' scores media tokens against caption tokens; "
-                             f"protocol '{protocol}' has no media: use scoring='embedding'.")
-        if scoring != 'embedding' and self.search:
-            raise ValueError(f"scoring='{scoring}' ranks with the model's token score; search "
-                             f'{self.search} applies to scoring=\'embedding\' only.')
-        if not is_count(rerank_candidates):
-            raise ValueError(f'rerank_candidates must be a positive integer, got '
-                             f'{rerank_candidates!r}.')
-        if scoring == 'tokens_rerank' and max(self.recall_ks) > rerank_candidates:
-            raise ValueError(f'recall_ks {self.recall_ks} reach past rerank_candidates '
-                             f'{rerank_candidates}: R@K is exact only for K up to the shortlist '
-                             '(a positive outside it would count as a hit); raise '
-                             'rerank_candidates.')
+        self._check_language_roles()
+        self.gallery_size = _checked_gallery_size(gallery_size)
+        self.num_folds, self.folds = num_folds, tuple(folds) if folds is not None else None
+        self.fewshot_shots, self.fewshot_seed = fewshot_shots, fewshot_seed
+        self._check_split_options()
         self.scoring, self.rerank_candidates = scoring, rerank_candidates
-        if scoring != 'embedding':
-            _check_scoring_device(scoring_device)
         self.scoring_device = scoring_device
+        self._check_scoring_options()
 
     @property
     def dataset_meta(self) -> dict | None:
@@ -397,15 +349,55 @@ class RetrievalMetric(BaseMetric):
         return TokenScoring(scores.pop(), self.scoring, self.rerank_candidates,
                             self.scoring_device)
 
-    def _check_source_not_queried(self) -> None:
-        """Refuse the source language among the queries of a text gallery, whose rows are its
-        captions, as the metric is built: it was refused after the set was encoded."""
-        for option, codes in (('languages', self.languages),
-                              ('mean_languages', self.mean_languages)):
-            if codes is not None and self.source_language in codes:
-                raise ValueError(f"protocol '{self.protocol}': the '{self.source_language}' "
-                                 'captions are its gallery, not queries; leave the source '
-                                 f'language out of {option} {list(codes)}.')
+    def _check_language_roles(self) -> None:
+        """Refuse, as the metric is built, ``mean_languages`` outside ``languages`` and the
+        source language among the queries of a text gallery, whose rows are its captions (it
+        was refused after the set was encoded)."""
+        if PROTOCOLS[self.protocol].text_gallery:
+            for option, codes in (('languages', self.languages),
+                                  ('mean_languages', self.mean_languages)):
+                if codes is not None and self.source_language in codes:
+                    raise ValueError(f"protocol '{self.protocol}': the "
+                                     f"'{self.source_language}' captions are its gallery, not "
+                                     f'queries; leave the source language out of {option} '
+                                     f'{list(codes)}.')
+        if self.languages is not None and self.mean_languages is not None:
+            outside = [lang for lang in self.mean_languages if lang not in self.languages]
+            if outside:
+                raise ValueError(f'mean_languages {outside} are not in languages '
+                                 f'{list(self.languages)}.')
+
+    def _check_split_options(self) -> None:
+        """Refuse ``coco_1k_5fold`` folds and ``xtd10_fewshot`` shots that cannot split the
+        gallery, before it is encoded."""
+        if self.protocol == 'coco_1k_5fold':
+            check_folds(self.num_folds, self.folds)
+        if self.protocol == 'xtd10_fewshot':
+            _check_fewshot_shots(self.fewshot_shots,
+                                 self.gallery_size or PROTOCOLS[self.protocol].gallery_size)
+
+    def _check_scoring_options(self) -> None:
+        """Refuse a ``scoring`` mode, and the token options, that cannot rank this protocol's
+        galleries as asked."""
+        scoring = self.scoring
+        if scoring not in ('embedding', *TOKEN_SCORING_MODES):
+            raise ValueError(f"scoring must be 'embedding' or one of {TOKEN_SCORING_MODES}, got "
+                             f"'{scoring}'.")
+        if scoring != 'embedding' and PROTOCOLS[self.protocol].text_gallery:
+            raise ValueError(f"scoring='{scoring}' scores media tokens against caption tokens; "
+                             f"protocol '{self.protocol}' has no media: use "
+                             "scoring='embedding'.")
+        if scoring != 'embedding' and self.search:
+            raise ValueError(f"scoring='{scoring}' ranks with the model's token score; search "
+                             f'{self.search} applies to scoring=\'embedding\' only.')
+        check_count(self.rerank_candidates, 'rerank_candidates')
+        if scoring == 'tokens_rerank' and max(self.recall_ks) > self.rerank_candidates:
+            raise ValueError(f'recall_ks {self.recall_ks} reach past rerank_candidates '
+                             f'{self.rerank_candidates}: R@K is exact only for K up to the '
+                             'shortlist (a positive outside it would count as a hit); raise '
+                             'rerank_candidates.')
+        if scoring != 'embedding':
+            _check_scoring_device(self.scoring_device)
 
     def _check_protocol_needs(self) -> None:
         needs: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
@@ -559,6 +551,44 @@ def _check_listed(option: str, value: Any) -> None:
     if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)):
         raise ValueError(f'RetrievalMetric {option} must be a list, got {value!r}; write '
                         f'[{value!r}].')
+
+
+def _checked_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol '{protocol}'; choose one of {sorted(PROTOCOLS)}.")
+    return protocol
+
+
+def _ranking_directions(spec: Protocol, directions: Sequence[str] | None) -> tuple[str, ...]:
+    """The rankings (``'t2i'`` / ``'i2t'``) of ``directions``, named in ``spec``'s terms;
+    ``None`` takes the protocol's own."""
+    if directions is None:
+        return spec.directions
+    if not directions:
+        raise ValueError(f'directions must be a non-empty subset of {spec.direction_names}, '
+                         f'got {directions}.')
+    twice = repeated(directions)
+    if twice:
+        raise ValueError(f'directions {tuple(directions)} repeat '
+                         f'{", ".join(map(repr, twice))}; give each direction once.')
+    return tuple(spec.ranking_direction(d) for d in directions)
+
+
+def _requested_languages(languages: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The canonical codes of ``languages``, at least one; ``None`` (the dataset's) stays."""
+    if languages is not None and not len(languages):
+        # Found only after the whole gallery was encoded, as a bare StopIteration.
+        raise ValueError(f'RetrievalMetric languages {list(languages)} name no language to '
+                         'evaluate; give some, or None for every language of the dataset.')
+    return _canonical(languages, 'RetrievalMetric languages')
+
+
+def _checked_gallery_size(gallery_size: int | None) -> int | None:
+    if gallery_size is not None and not is_count(gallery_size):
+        # Compared with the media count only once the set was encoded, as a count it is not.
+        raise ValueError(f'RetrievalMetric gallery_size must be a positive integer (the media '
+                         f"count) or None for the protocol's own, got {gallery_size!r}.")
+    return gallery_size
 
 
 def _canonical(codes: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
