@@ -366,39 +366,19 @@ def evaluate_language(gallery: LanguageGallery, directions: Sequence[str] = DIRE
     if gallery.captions.shape[0] == 0:
         raise ValueError('the language has no captions in this gallery.')
     check_search_options(search or {})
-    options = dict(search or {})
-    index = options.pop('index', 'flat')
-    chunk_size = options.pop('chunk_size', None)
-    exact = index == 'flat'
-    searcher_options = dict(index=index, **options)
-    if chunk_size is not None:
-        searcher_options['chunk_size'] = chunk_size
+    searcher_options = _searcher_options(search)
     if token_scoring is not None:
-        if gallery.media_tokens is None:
-            raise ValueError('token scoring needs the token sets of the media and captions; the '
-                             'model emitted none.')
-        if index != 'flat' or options:
-            raise ValueError("token scoring ranks exactly or re-ranks its own shortlist; the "
-                             f"search options {dict(search)} do not apply to it.")
-        exact = token_scoring.mode == 'tokens'
-        if not exact and max(recall_ks) > token_scoring.candidates:
-            raise ValueError(f'R@{max(recall_ks)} cannot be read from a re-ranked shortlist of '
-                             f'{token_scoring.candidates}: a positive outside it would count as '
-                             'a hit; raise rerank_candidates to the largest K at least.')
+        _check_token_scoring(gallery, token_scoring, search or {}, recall_ks)
+    exact = (token_scoring.mode == 'tokens' if token_scoring is not None
+             else searcher_options['index'] == 'flat')
+    chunk_size = searcher_options.get('chunk_size')
     num_media = gallery.media.shape[0]
-    media_rows = torch.arange(num_media)
-    grouped = i2t_mode == 'grouped'
     shared = _shared_scores(gallery) if (
         token_scoring is None and exact and set(directions) == set(DIRECTIONS)) else None
     summary: dict[str, float] = {}
     for direction in directions:
-        if direction == 't2i':
-            queries, targets = gallery.captions, gallery.media
-            query_group, gallery_group = gallery.caption_media, media_rows
-        else:
-            queries, targets = gallery.media, gallery.captions
-            query_group, gallery_group = media_rows, gallery.caption_media
-        direction_grouped = grouped and direction == 'i2t'
+        queries, targets, query_group, gallery_group = _direction_sides(gallery, direction)
+        direction_grouped = i2t_mode == 'grouped' and direction == 'i2t'
         if token_scoring is not None:
             ranks = token_ranks(token_scoring, direction, gallery.media_tokens,
                                 gallery.caption_tokens, gallery.media, gallery.captions,
@@ -446,6 +426,41 @@ def evaluate_protocol(gallery: LanguageGallery, galleries: Sequence[Tensor],
         per_gallery.append(evaluate_language(subset, **evaluate_options))
     return {key: sum(result[key] for result in per_gallery) / len(per_gallery)
             for key in per_gallery[0]}
+
+
+def _searcher_options(search: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:class:`~xmr.evaluation.search.FaissSearcher`'s options from ``search``: its index
+    (``'flat'`` unless named), and ``chunk_size`` only where one is given."""
+    options = {'index': 'flat', **(search or {})}
+    if options.get('chunk_size') is None:
+        options.pop('chunk_size', None)
+    return options
+
+
+def _check_token_scoring(gallery: LanguageGallery, token_scoring: TokenScoring,
+                         search: Mapping[str, Any], recall_ks: Sequence[int]) -> None:
+    """Refuse token scoring of a gallery without token sets, under an approximate search, or
+    through shortlists shorter than the largest K."""
+    if gallery.media_tokens is None:
+        raise ValueError('token scoring needs the token sets of the media and captions; the '
+                         'model emitted none.')
+    if search.get('index', 'flat') != 'flat' or set(search) - {'index', 'chunk_size'}:
+        raise ValueError("token scoring ranks exactly or re-ranks its own shortlist; the "
+                         f"search options {dict(search)} do not apply to it.")
+    if token_scoring.mode != 'tokens' and max(recall_ks) > token_scoring.candidates:
+        raise ValueError(f'R@{max(recall_ks)} cannot be read from a re-ranked shortlist of '
+                         f'{token_scoring.candidates}: a positive outside it would count as '
+                         'a hit; raise rerank_candidates to the largest K at least.')
+
+
+def _direction_sides(gallery: LanguageGallery,
+                     direction: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(queries, targets, query_group, gallery_group)`` of ``direction``: captions query the
+    media under ``'t2i'``, the media query captions under ``'i2t'``; a group is a media row."""
+    media_rows = torch.arange(gallery.media.shape[0])
+    if direction == 't2i':
+        return gallery.captions, gallery.media, gallery.caption_media, media_rows
+    return gallery.media, gallery.captions, media_rows, gallery.caption_media
 
 
 def _shared_scores(gallery: LanguageGallery) -> Tensor | None:
