@@ -133,7 +133,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    """The test run's config, checked before anything is written (the result's folder made).
+    """The test run's config, checked before anything is written, as the place of the result
+    and of the test logs are.
 
     Raises:
         UserError: the config has no test split, metric or loop (a training part, a
@@ -141,10 +142,10 @@ def build_config(args: argparse.Namespace) -> Config:
     """
     # MMEngine dumps the config into its work dir: the training run's dump (beside its
     # checkpoints, whatever --work-dir it trained with) must not be replaced by the test's.
-    # Beside the result, whose folder is checked writable (the checkpoint's, without --out).
+    # Beside the result (the checkpoint's folder, without --out), whose place is checked first:
+    # the logs' folder is the result's, so what is wrong there is named as the result's.
+    check_writable(output_paths(args)[0], args.overwrite, _result_given_by(args))
     work_dir = args.work_dir or str(output_paths(args)[0].absolute().parent / 'test')
-    if not args.work_dir:  # the logs' folder is the result's: what is wrong there is its
-        check_writable(output_paths(args)[0], args.overwrite, _result_given_by(args), make=False)
     given_folder(work_dir, '--work-dir' if args.work_dir else 'the test logs beside the result',
                  'give a folder for the test logs (made if absent)'
                  + ('' if args.work_dir else ' with --work-dir'))
@@ -200,8 +201,7 @@ def _result_files_exist(json_path: Path) -> bool:
     return json_path.exists() or json_path.with_suffix('.csv').exists()
 
 
-def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out',
-                   make: bool = True) -> None:
+def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out') -> None:
     """Stop before testing when the result cannot be written where it goes.
 
     Args:
@@ -209,8 +209,6 @@ def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out',
         overwrite: whether an earlier test result there may be replaced.
         given_by: what named ``json_path``, for the message (``'--out'``, or the default
             beside the checkpoint).
-        make: make its folder and write a trial file there; ``False`` checks only what can be
-            known without writing (:func:`~xmr.utils.cli.given_output`).
 
     Raises:
         UserError: ``json_path`` does not end in ``.json``, a folder or a file other than an
@@ -227,7 +225,7 @@ def check_writable(json_path: Path, overwrite: bool, given_by: str = '--out',
     if _result_files_exist(json_path):
         check_earlier_result(json_path, overwrite)
     check_earlier_clip_benchmark_files(json_path, overwrite)
-    given_output(json_path, given_by, 'give a writable --out', make=make)
+    given_output(json_path, given_by, 'give a writable --out')
 
 
 def check_earlier_result(json_path: Path, overwrite: bool) -> None:
@@ -531,7 +529,6 @@ def _test_or_compare(args: argparse.Namespace) -> None:
     check_annotation_files(cfg, ['test'])
     prepare_process(cfg, args.launcher)
     json_path, csv_path = output_paths(args)
-    check_writable(json_path, args.overwrite, _result_given_by(args))
     taken_before = _result_files_exist(json_path)
     check_work_dir(args)
     result, scored = run_test(args, cfg)

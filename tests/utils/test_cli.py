@@ -641,8 +641,27 @@ def test_a_folder_or_output_beneath_a_file_is_named_before_anything_is_written(t
     with pytest.raises(UserError, match=re.escape(
             f"{tmp_path / 'file' / 'r.json'} (--out): cannot be written there "
             f"({tmp_path / 'file'} is a file, not a folder)")):
-        cli.given_output(tmp_path / 'file' / 'r.json', '--out', 'give another', make=False)
-    cli.given_output(tmp_path / 'new' / 'r.json', '--out', 'give another', make=False)
-    assert not (tmp_path / 'new').exists()  # checked, nothing made
-    cli.given_output(tmp_path / 'new' / 'r.json', '--out', 'give another')
-    assert (tmp_path / 'new').is_dir() and not list((tmp_path / 'new').iterdir())
+        cli.given_output(tmp_path / 'file' / 'r.json', '--out', 'give another')
+    before = sorted(tmp_path.iterdir())
+    cli.given_output(tmp_path / 'new' / 'deeper' / 'r.json', '--out', 'give another')
+    # Checked, nothing made: a tool refused after the check left the folders empty.
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_an_output_whose_folders_cannot_be_made_is_refused_and_nothing_is_made(tmp_path,
+                                                                              monkeypatch):
+    """The folder an output goes in is made by its writer: the check tries a file in the
+    nearest folder that stands, where the missing ones would be made (a read-only folder
+    refuses it, whatever user the tests run as)."""
+    tried = []
+
+    def refused(dir: str, **kwargs):
+        tried.append(dir)
+        raise PermissionError(13, 'Permission denied')
+
+    monkeypatch.setattr(cli.tempfile, 'TemporaryFile', refused)
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'new' / 'r.json'} (--out): cannot be written there "
+            '(Permission denied): give another')):
+        cli.given_output(tmp_path / 'new' / 'r.json', '--out', 'give another')
+    assert tried == [str(tmp_path)] and not list(tmp_path.iterdir())

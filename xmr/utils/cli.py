@@ -277,12 +277,13 @@ def _nearest_existing(path: str) -> str:
     return path
 
 
-def given_output(path: str | os.PathLike, key: str, fix: str, make: bool = True) -> None:
+def given_output(path: str | os.PathLike, key: str, fix: str) -> None:
     """Refuse a file a tool is told to write (``--out``, a new ``--index``) where it cannot be
     written, before the work that makes it (a search wrote its hits, a gallery its index,
-    only to fail on a folder standing there): the folder it goes in is made if missing.
-    ``make=False`` writes nothing: what is known without it (a folder at ``path``, a file
-    above it) is refused, a folder not writable passes.
+    only to fail on a folder standing there). Nothing is made: a trial file is written and
+    removed in the nearest folder that stands, the file's own or the one its missing folders
+    will be made in (by the writer, :func:`~xmr.fileio.atomic_open`), so a tool refused
+    later leaves no empty folder behind.
 
     Raises:
         UserError: ``<path> (<key>): is a folder, not a file``, or ``cannot be written there
@@ -292,16 +293,12 @@ def given_output(path: str | os.PathLike, key: str, fix: str, make: bool = True)
     where = f'{os.fspath(path)} ({key})'
     if os.path.isdir(path):
         raise UserError(where, 'is a folder, not a file', fix)
-    folder = os.path.dirname(os.path.abspath(path))
-    standing = _nearest_existing(folder)
+    standing = _nearest_existing(os.path.dirname(os.path.abspath(path)))
     if not os.path.isdir(standing):  # os.makedirs says 'File exists', naming no file
         raise UserError(where, f'cannot be written there ({standing} is a file, not a folder)',
                         fix)
-    if not make:
-        return
     try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        with tempfile.TemporaryFile(dir=standing):
             pass
     except OSError as error:
         raise UserError(where, f'cannot be written there ({error.strerror or error})',
