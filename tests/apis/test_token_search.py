@@ -16,7 +16,12 @@ from tests.apis.test_dual_encoder import QUERIES, TINY, dual_encoder_cfg
 from xmr.apis import MediaIndex, encode_gallery, encode_text_tokens, encode_texts
 from xmr.datasets.media_io import read_image
 from xmr.datasets.transforms import MediaTransform
-from xmr.evaluation.token_scoring import TokenScoring, TokenSet, token_ranks
+from xmr.evaluation.token_scoring import (
+    TokenScoring,
+    TokenSet,
+    pairwise_token_scores,
+    token_ranks,
+)
 from xmr.registry import MODELS
 
 NAMES = ('beach', 'forest', 'city', 'desert', 'lake', 'field')
@@ -301,3 +306,111 @@ def test_a_nan_token_score_is_named_by_query_and_media(model, image_files):
     with pytest.raises(ValueError, match=re.escape(
             "query 0: the token score is NaN for media ['forest']: a NaN score has no rank")):
         index.search(model, 'a red circle', 'en', candidates=None)
+
+
+#: How far a patch-word score of float16-stored media tokens may be from float32's. Rounding
+#: to float16 (an 11-bit significand) moves each element x to x(1 + d), |d| <= u = 2^-11, so a
+#: patch p moves by e with ||e|| <= u ||p||, and its unit vector by at most 2u; a cosine with a
+#: unit word moves by at most 2u (Cauchy-Schwarz), and so do each word's best patch (a max)
+#: and their mean. The rest is float32's own rounding of the D-term products (~1e-6).
+FLOAT16_SCORE_TOLERANCE = 2 * 2 ** -11 + 1e-5
+
+
+def scores_by_media(index, model, texts, lang):
+    """``[Q, N]`` token scores of the whole gallery, columns in the gallery's media order."""
+    hits = index.search(model, texts, lang, k=len(index), candidates=None)
+    return torch.tensor([[{hit.media_id: hit.score for hit in row}[media_id]
+                          for media_id in index.media_ids] for row in hits])
+
+
+def test_a_float16_store_halves_the_tokens_and_scores_within_its_rounding(model, image_files,
+                                                                        tmp_path):
+    full = MediaIndex.from_media(model, image_files, transform=TINY)
+    half = MediaIndex.from_media(model, image_files, transform=TINY, token_dtype=torch.float16)
+    assert (full.token_dtype, half.token_dtype) == (torch.float32, torch.float16)
+    assert half.tokens.tokens.dtype == torch.float16 and 'media tokens (float16)' in repr(half)
+    # The same encodings, rounded once.
+    assert torch.equal(half.tokens.tokens, full.tokens.tokens.half())
+    assert torch.equal(half.tokens.mask, full.tokens.mask)
+    full.save(tmp_path / 'full.idx')
+    half.save(tmp_path / 'half.idx')
+    # The files differ by half the tokens' bytes, give or take the archive's 64-byte alignment.
+    saved = (tmp_path / 'full.idx').stat().st_size - (tmp_path / 'half.idx').stat().st_size
+    assert abs(saved - 2 * full.tokens.tokens.numel()) <= 64
+    loaded = MediaIndex.load(tmp_path / 'half.idx', model=model)
+    assert loaded.token_dtype == torch.float16
+    assert torch.equal(loaded.tokens.tokens, half.tokens.tokens)
+    for lang, texts in QUERIES.items():
+        exact = scores_by_media(full, model, texts, lang)
+        rounded = scores_by_media(loaded, model, texts, lang)
+        error = (rounded - exact).abs().max()
+        assert 0 < error <= FLOAT16_SCORE_TOLERANCE  # rounded, and no further than derived
+        # Where a query's scores are further apart than twice the tolerance, their order is
+        # float32's: the media are ranked alike.
+        gaps = exact.sort(dim=1, descending=True).values.diff(dim=1).abs()
+        separated = (gaps > 2 * FLOAT16_SCORE_TOLERANCE).all(dim=1)
+        assert separated.any()  # some query checks the order
+        assert torch.equal(rounded[separated].argsort(dim=1, descending=True),
+                           exact[separated].argsort(dim=1, descending=True))
+
+
+def test_tokens_added_to_a_float16_gallery_are_stored_as_its_own(model, image_files, tmp_path):
+    """Converted, not refused: a model encodes in float32, and its gallery grown is as one built
+    at once (parts, which keep the model's float32 tokens, too)."""
+    whole = MediaIndex.from_media(model, image_files, transform=TINY, token_dtype=torch.float16)
+    grown = MediaIndex.from_media(model, image_files[:2], transform=TINY,
+                                  token_dtype=torch.float16)
+    grown.add_media(model, image_files[2:4])
+    grown.save(tmp_path / 'grown.idx')
+    loaded = MediaIndex.load(tmp_path / 'grown.idx')  # its tokens mapped from the file
+    encoded = encode_gallery(model, image_files[4:], transform=TINY, tokens=True)
+    loaded.add(encoded.embeddings, NAMES[4:], tokens=encoded.tokens)
+    assert loaded.media_ids == whole.media_ids and loaded.token_dtype == torch.float16
+    assert torch.equal(loaded.tokens.tokens, whole.tokens.tokens)
+    MediaIndex.from_media(model, image_files[:3], transform=TINY, parts=tmp_path / 'parts')
+    resumed = MediaIndex.from_media(model, image_files, transform=TINY, parts=tmp_path / 'parts',
+                                    token_dtype=torch.float16)
+    torch.testing.assert_close(resumed.tokens.tokens, whole.tokens.tokens, rtol=0, atol=0)
+    sequences = [encoded.tokens.tokens[row][encoded.tokens.mask[row]] for row in range(2)]
+    given = MediaIndex(encoded.embeddings, NAMES[4:], tokens=sequences,
+                       token_dtype=torch.float16)
+    assert torch.equal(given.tokens.tokens, whole.tokens.tokens[4:])
+    assert given.tokens.select(slice(0, 1)).tokens.dtype == torch.float16
+    assert TokenSet.cat([given.tokens, given.tokens]).tokens.dtype == torch.float16
+
+
+def test_a_float16_gallery_is_scored_in_float32_a_block_at_a_time(model, image_files):
+    """Only the blocks scored are upcast, whatever the score function does with its inputs."""
+    index = MediaIndex.from_media(model, image_files, transform=TINY, token_dtype=torch.float16)
+    blocks = []
+
+    def recorded(image_tokens, image_mask, text_tokens, text_mask):
+        blocks.append((image_tokens.dtype, text_tokens.dtype, len(image_tokens)))
+        return model.token_score()(image_tokens, image_mask, text_tokens, text_mask)
+
+    _, tokens = encode_text_tokens(model, QUERIES['en'], 'en')
+    budget = 2 * index.tokens.tokens.shape[1] * tokens.tokens.shape[1]  # two media a block
+    scores = pairwise_token_scores(recorded, index.tokens, tokens, budget=budget)
+    assert {(image, text) for image, text, _ in blocks} == {(torch.float32, torch.float32)}
+    assert max(rows for *_, rows in blocks) == 1  # isqrt(2): one media a block
+    assert index.tokens.tokens.dtype == torch.float16 and scores.dtype == torch.float32
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float64, 'float16'])
+def test_a_token_dtype_other_than_float32_or_float16_is_refused(model, image_files, dtype):
+    with pytest.raises(ValueError, match=re.escape(
+            f'token_dtype must be torch.float32 or torch.float16, got {dtype!r}')):
+        MediaIndex.from_media(model, image_files[:1], transform=TINY, token_dtype=dtype)
+
+
+def test_tokens_float16_cannot_hold_are_refused_naming_their_media(model, image_files):
+    encoded = encode_gallery(model, image_files[:3], transform=TINY, tokens=True)
+    encoded.tokens.tokens[1, 0, 0] = 70000.0  # float16 rounds it to infinity
+    sequences = [encoded.tokens.tokens[row][encoded.tokens.mask[row]] for row in range(3)]
+    for given in (encoded.tokens, sequences):  # converted, or stacked as float16
+        with pytest.raises(ValueError, match=re.escape(
+                "the retrieval tokens of media ['forest'] hold values beyond float16's range "
+                '(+-65504), or infinite ones: they would score NaN; store the tokens in '
+                'float32')):
+            MediaIndex(encoded.embeddings, NAMES[:3], tokens=given, token_dtype=torch.float16)
+    assert len(MediaIndex(encoded.embeddings, NAMES[:3], tokens=encoded.tokens).tokens) == 3

@@ -36,6 +36,11 @@ INDEX_FORMAT = 'xmr-media-index/2'
 #: The formats :meth:`MediaIndex.load` reads: ``/1`` was written before galleries kept their
 #: media's retrieval tokens (it holds none).
 READABLE_FORMATS = ('xmr-media-index/1', INDEX_FORMAT)
+#: The dtypes a gallery stores its media's retrieval tokens in (``token_dtype``): float32, as
+#: evaluation scores them, or float16, in half the bytes (scored in float32 all the same). The
+#: format stays ``/2``: a float16 file holds the same records, and the readers of ``/2`` before
+#: it searched it alike (every token score is given float32 blocks).
+TOKEN_DTYPES = (torch.float32, torch.float16)
 #: What to do with an index file that cannot be searched: build it again from its media.
 _REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
             'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
@@ -46,7 +51,8 @@ _FAISS_WHERE = re.compile(r'^Error in .*? at \S+?:\d+: ', re.DOTALL)
 #: about 90 bytes in.
 _FORMAT_PROBE_BYTES = 4096
 
-__all__ = ['INDEX_FORMAT', 'READABLE_FORMATS', 'SearchHit', 'MediaIndex', 'written_as_media_index']
+__all__ = ['INDEX_FORMAT', 'READABLE_FORMATS', 'TOKEN_DTYPES', 'SearchHit', 'MediaIndex',
+           'written_as_media_index']
 
 
 @dataclass(frozen=True)
@@ -88,12 +94,16 @@ class MediaIndex:
         tokens: the media's retrieval tokens, ``G`` sequences in row order (a
             :class:`~xmr.evaluation.token_scoring.TokenSet`, or ``[L_g, D]`` tensors), for a
             model that scores by them; ``None``: ranked by the cosine of the embeddings.
+        token_dtype: what the tokens are stored in (:data:`TOKEN_DTYPES`): ``torch.float32``
+            (default, as evaluation scores them) or ``torch.float16``, half the bytes, each
+            token score within ``2^-10`` of float32's (the blocks scored are upcast); unused
+            without tokens.
         **search_options: further :class:`FaissSearcher` options (``nprobe``, ``ef_search``, ...).
 
     Attributes:
         tokens: the media's retrieval tokens (a :class:`~xmr.evaluation.token_scoring.TokenSet`
-            of ``G`` sequences, float32: ``P x D x 4`` bytes a media, 400 KB for ViT-B/16's 197
-            patches of 512), or ``None``.
+            of ``G`` sequences in :attr:`token_dtype`: ``P x D x 4`` bytes a media in float32,
+            400 KB for ViT-B/16's 197 patches of 512, half in float16), or ``None``.
         encoded_by: what the embeddings depend on (:func:`~xmr.apis.media_encoding`), for an
             index :meth:`from_media` encoded: ``backbone`` (the model's backbone fingerprint:
             its weights; a language's adapters change nothing of the media embeddings),
@@ -111,9 +121,9 @@ class MediaIndex:
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
                  tokens: TokenSet | Sequence[Tensor] | None = None,
-                 **search_options: Any) -> None:
+                 token_dtype: torch.dtype = torch.float32, **search_options: Any) -> None:
         embeddings, media_ids = _checked_rows(embeddings, media_ids)
-        tokens = _checked_tokens(tokens, media_ids)
+        tokens = _checked_tokens(tokens, media_ids, _checked_token_dtype(token_dtype))
         self.searcher = FaissSearcher(embeddings, index=index, ids=media_ids, **search_options)
         self.media_ids = media_ids
         self.tokens = tokens
@@ -125,6 +135,7 @@ class MediaIndex:
                    batch_size: int = 32, on_corrupt: str = 'raise', progress: bool = False,
                    parts: str | os.PathLike | None = None, part_size: int = 256,
                    num_workers: int = 0, tokens: bool | None = None,
+                   token_dtype: torch.dtype = torch.float32,
                    **search_options: Any) -> MediaIndex:
         """Encode media with the model (:func:`~xmr.apis.encode_media`) and index them.
 
@@ -153,18 +164,24 @@ class MediaIndex:
                 model's token score; default: when the model scores by them
                 (``model.token_score()``). ``False`` makes a gallery of ``E`` floats a media,
                 ranked by the pooled cosine.
+            token_dtype: what the tokens are stored in, ``torch.float32`` or ``torch.float16``
+                (half the bytes; the class's ``token_dtype``). The model's float32 tokens are
+                converted once encoded (the parts keep them as encoded): building holds the
+                gallery's float32 tokens, and their float16 copy as it is made.
             **search_options: :class:`FaissSearcher` options.
 
         Raises:
-            ValueError: ``tokens=True`` for a model that scores by embeddings alone.
+            ValueError: ``tokens=True`` for a model that scores by embeddings alone, or another
+                ``token_dtype``; before any media is encoded.
         """
+        _checked_token_dtype(token_dtype)
         media = media_list(media)
         tokens = model.token_score() is not None if tokens is None else tokens
         encoded, read_ids = _encode(model, media, _media_ids(media, media_ids), transform,
                                     num_frames, batch_size, on_corrupt, progress, parts,
                                     part_size, num_workers, tokens)
         gallery = cls(encoded.embeddings, read_ids, index=index, tokens=encoded.tokens,
-                      **search_options)
+                      token_dtype=token_dtype, **search_options)
         gallery.skipped = encoded.skipped
         gallery.encoded_by = media_encoding(model, transform, num_frames, tokens)
         if not tokens and model.token_score() is not None:
@@ -176,9 +193,10 @@ class MediaIndex:
             tokens: TokenSet | Sequence[Tensor] | None = None) -> None:
         """Append media to the gallery: ``[N, E]`` ``embeddings`` (L2-normalised here) of
         media whose ids it does not hold yet, and their retrieval ``tokens`` (``N`` sequences)
-        when the gallery keeps them (and only then). An ``'ivf'`` index files them in the
-        cells it was trained on: a gallery grown far beyond what it was built on is better
-        built again."""
+        when the gallery keeps them (and only then), converted to its :attr:`token_dtype` (a
+        model encodes in float32: a float16 gallery grown is one built so at once). An
+        ``'ivf'`` index files them in the cells it was trained on: a gallery grown far beyond
+        what it was built on is better built again."""
         embeddings, media_ids = _checked_rows(embeddings, media_ids)
         self._check_new(media_ids)
         if (tokens is None) != (self.tokens is None):
@@ -187,7 +205,7 @@ class MediaIndex:
                              'this gallery keeps no retrieval tokens (it is ranked by the cosine '
                              'of the embeddings): add the embeddings alone, or build a gallery '
                              'with tokens (MediaIndex.from_media(..., tokens=True))')
-        tokens = _checked_tokens(tokens, media_ids)
+        tokens = _checked_tokens(tokens, media_ids, self.token_dtype or torch.float32)
         self.searcher.add(embeddings, media_ids)
         self.media_ids += media_ids
         if tokens is not None:
@@ -357,6 +375,12 @@ class MediaIndex:
                              f"through {now.get('media_head') or 'nothing'} (other weights or "
                              f'another model): {fix}')
 
+    @property
+    def token_dtype(self) -> torch.dtype | None:
+        """What the media's retrieval tokens are stored in (saved and loaded as they are),
+        ``None`` for a gallery without tokens."""
+        return None if self.tokens is None else self.tokens.tokens.dtype
+
     def __len__(self) -> int:
         return self.searcher.gallery_size
 
@@ -365,7 +389,8 @@ class MediaIndex:
         # queries it answers, not an object address.
         encoder = ('encoded_by=None' if self.encoded_by is None
                    else f"backbone={self.encoded_by['backbone']!r}")
-        tokens = '' if self.tokens is None else ', with media tokens'
+        tokens = ('' if self.tokens is None else
+                  f", with media tokens ({str(self.token_dtype).removeprefix('torch.')})")
         return (f'{type(self).__name__}({len(self)} media, {self.searcher.dim} dims, '
                 f'index={self.searcher.index_type!r}{tokens}, {encoder})')
 
@@ -502,21 +527,57 @@ def _checked_count(value: Any, name: str) -> int:
     return int(value)
 
 
-def _checked_tokens(tokens: TokenSet | Sequence[Tensor] | None,
-                    media_ids: Sequence[str]) -> TokenSet | None:
-    """Retrieval tokens as a set (``[L_n, D]`` sequences padded into one), one per media.
+def _checked_token_dtype(dtype: Any) -> torch.dtype:
+    """``dtype``, one of :data:`TOKEN_DTYPES`.
 
     Raises:
-        ValueError: another count of sequences than of ``media_ids``.
+        ValueError: anything else, naming it.
+    """
+    if dtype not in TOKEN_DTYPES:
+        raise ValueError(f'token_dtype must be torch.float32 or torch.float16, got {dtype!r}')
+    return dtype
+
+
+def _checked_tokens(tokens: TokenSet | Sequence[Tensor] | None, media_ids: Sequence[str],
+                    dtype: torch.dtype) -> TokenSet | None:
+    """Retrieval tokens as a set of ``dtype`` (``[L_n, D]`` sequences padded into one), one
+    per media.
+
+    Raises:
+        ValueError: another count of sequences than of ``media_ids``, or tokens that float16
+            cannot hold (:func:`_check_finite_tokens`).
     """
     if tokens is None:
         return None
     if not isinstance(tokens, TokenSet):
-        tokens = TokenSet.stack(list(tokens), tokens[0].shape[-1]) if len(tokens) else tokens
+        tokens = (TokenSet.stack(list(tokens), tokens[0].shape[-1], dtype=dtype) if len(tokens)
+                  else tokens)
     if len(tokens) != len(media_ids):
         raise ValueError(f'tokens hold {len(tokens)} token sequences for {len(media_ids)} '
                          'media: give one per media, in their order')
+    tokens = tokens.to(dtype)
+    if dtype == torch.float16:
+        _check_finite_tokens(tokens, media_ids)
     return tokens
+
+
+def _check_finite_tokens(tokens: TokenSet, media_ids: Sequence[str],
+                         rows_at_once: int = 1024) -> None:
+    """Refuse float16 tokens that rounding made infinite (float32 values beyond +-65504): their
+    media would score NaN against every query, found only by a search. Checked
+    ``rows_at_once`` media at a time, so that the check holds no gallery-sized mask.
+
+    Raises:
+        ValueError: naming the media.
+    """
+    broken = [row for start in range(0, len(tokens), rows_at_once)
+              for row in (start + tokens.tokens[start:start + rows_at_once].isinf()
+                          .flatten(1).any(dim=1).nonzero().flatten()).tolist()]
+    if broken:
+        raise ValueError(f'the retrieval tokens of media {[media_ids[row] for row in broken[:10]]}'
+                         " hold values beyond float16's range (+-65504), or infinite ones: they "
+                         'would score NaN; store the tokens in float32 '
+                         '(token_dtype=torch.float32)')
 
 
 def _check_index_exists(path: Path) -> None:

@@ -46,12 +46,14 @@ class TokenSet:
     mask: Tensor
 
     @classmethod
-    def stack(cls, sequences: Sequence[Tensor], width: int, consume: bool = False) -> TokenSet:
-        """Pad ``[L_n, D]`` sequences (real tokens only) into one set; with ``consume``, each
-        entry of the list ``sequences`` is set to ``None`` once copied, so that a gallery's
-        tokens that only the list holds are held once, not twice, as they are padded."""
+    def stack(cls, sequences: Sequence[Tensor], width: int, consume: bool = False,
+              dtype: torch.dtype = torch.float32) -> TokenSet:
+        """Pad ``[L_n, D]`` sequences (real tokens only) into one set of ``dtype``; with
+        ``consume``, each entry of the list ``sequences`` is set to ``None`` once copied, so
+        that a gallery's tokens that only the list holds are held once, not twice, as they are
+        padded."""
         length = max((seq.shape[0] for seq in sequences), default=1)
-        tokens = torch.zeros(len(sequences), length, width)
+        tokens = torch.zeros(len(sequences), length, width, dtype=dtype)
         mask = torch.zeros(len(sequences), length, dtype=torch.bool)
         for row, seq in enumerate(sequences):
             tokens[row, :seq.shape[0]] = seq
@@ -71,6 +73,10 @@ class TokenSet:
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
+
+    def to(self, dtype: torch.dtype) -> TokenSet:
+        """The set with its tokens in ``dtype`` (itself where they are already)."""
+        return self if self.tokens.dtype == dtype else TokenSet(self.tokens.to(dtype), self.mask)
 
     def select(self, rows: Tensor | slice) -> TokenSet:
         """The chosen sequences, cut to the longest of them (less padding to score)."""
@@ -114,7 +120,9 @@ def pairwise_token_scores(score: TokenScore, media: TokenSet, captions: TokenSet
                           budget: int = TOKEN_PAIR_BUDGET,
                           device: torch.device | str = 'cpu') -> Tensor:
     """Every media × caption score, ``[M, C]`` on the CPU, in square blocks of about ``budget``
-    token pairs scored on ``device``."""
+    token pairs scored on ``device``, in float32: a gallery stored in float16
+    (``MediaIndex(token_dtype=torch.float16)``) is upcast a block at a time, never whole, and
+    the score function is given float32 whatever it does with its inputs."""
     if not len(media) or not len(captions):  # an approximate index's empty shortlist
         return torch.zeros(len(media), len(captions))
     pairs_per_item = media.tokens.shape[1] * captions.tokens.shape[1]
@@ -122,9 +130,11 @@ def pairwise_token_scores(score: TokenScore, media: TokenSet, captions: TokenSet
     rows = []
     for m in range(0, len(media), side):
         image = media.select(slice(m, m + side))
-        image_tokens, image_mask = image.tokens.to(device), image.mask.to(device)
+        # Moved, then upcast: a float16 block crosses to a GPU in half the bytes.
+        image_tokens, image_mask = image.tokens.to(device).float(), image.mask.to(device)
         rows.append(torch.cat([
-            score(image_tokens, image_mask, text.tokens.to(device), text.mask.to(device)).cpu()
+            score(image_tokens, image_mask, text.tokens.to(device).float(),
+                  text.mask.to(device)).cpu()
             for text in (captions.select(slice(c, c + side))
                          for c in range(0, len(captions), side))], dim=1))
     return torch.cat(rows).float()
