@@ -278,8 +278,6 @@ def check_run_values(cfg: Config) -> None:
         ValueError: naming the key and its value.
         KeyError: a phase's missing or unknown keys.
     """
-    from xmr.engine.loops import resolve_dataloader_key
-    from xmr.engine.phases import Phase, check_phase_names
     from xmr.registry import (
         DATA_SAMPLERS,
         DATASETS,
@@ -311,29 +309,47 @@ def check_run_values(cfg: Config) -> None:
         LOOPS.check_options(cfg.get(loop))
     _check_epoch_counts(cfg)
     _check_runner_flags(cfg)
-    seed = (cfg.get('randomness') or {}).get('seed')
+    _check_seed((cfg.get('randomness') or {}).get('seed'))
+    if (cfg.get('train_cfg') or {}).get('type') == 'PhasedTrainLoop':
+        _check_phased_loop(cfg)
+
+
+def _check_seed(seed: Any) -> None:
+    """``randomness.seed`` is ``None`` or an integer of NumPy's range, whose error names no
+    key."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                             or not 0 <= seed < 2**32):  # NumPy's range, whose error names no key
+                             or not 0 <= seed < 2**32):
         raise ValueError(f'randomness.seed={seed!r} must be an integer from 0 to 2**32 - 1 (or '
                          'None for a random one)')
-    train_cfg = cfg.get('train_cfg') or {}
-    if train_cfg.get('type') == 'PhasedTrainLoop':
-        phases = [Phase.from_config(index, phase)
-                  for index, phase in enumerate(train_cfg.get('phases') or [])]
-        check_phase_names(phases)
-        # The loop resolves these as the runner trains, after it has made the work dir (a
-        # timestamped log folder, the config dump): a misspelt key left them in a work dir
-        # that may hold an earlier run.
-        for phase in phases:
-            if isinstance(phase.dataloader, str):
-                resolve_dataloader_key(cfg, phase.dataloader, phase.name)
-        if (cfg.get('auto_scale_lr') or {}).get('enable'):
-            # MMEngine scales the optimiser's groups, and logs it; the loop then sets each
-            # group's lr from its phase every iteration, unscaled.
-            raise ValueError(f"auto_scale_lr={dict(cfg.auto_scale_lr)!r}: PhasedTrainLoop sets "
-                             "every iteration's lr from its phase, so MMEngine's scaling would "
-                             'be logged and lost; scale train_cfg.phases.N.lr to the batch size '
-                             'instead and drop auto_scale_lr')
+
+
+def _check_phased_loop(cfg: Config) -> None:
+    """The phases of a ``PhasedTrainLoop`` config, each phase's dataloader key, and no
+    ``auto_scale_lr`` beside them.
+
+    Raises:
+        KeyError: a phase's missing or unknown keys.
+        ValueError: naming the phase, the key and its value.
+    """
+    from xmr.engine.loops import resolve_dataloader_key
+    from xmr.engine.phases import Phase, check_phase_names
+
+    phases = [Phase.from_config(index, phase)
+              for index, phase in enumerate(cfg.get('train_cfg').get('phases') or [])]
+    check_phase_names(phases)
+    # The loop resolves these as the runner trains, after it has made the work dir (a
+    # timestamped log folder, the config dump): a misspelt key left them in a work dir
+    # that may hold an earlier run.
+    for phase in phases:
+        if isinstance(phase.dataloader, str):
+            resolve_dataloader_key(cfg, phase.dataloader, phase.name)
+    if (cfg.get('auto_scale_lr') or {}).get('enable'):
+        # MMEngine scales the optimiser's groups, and logs it; the loop then sets each
+        # group's lr from its phase every iteration, unscaled.
+        raise ValueError(f"auto_scale_lr={dict(cfg.auto_scale_lr)!r}: PhasedTrainLoop sets "
+                         "every iteration's lr from its phase, so MMEngine's scaling would "
+                         'be logged and lost; scale train_cfg.phases.N.lr to the batch size '
+                         'instead and drop auto_scale_lr')
 
 
 #: Keys MMEngine's runner (and ``tools/train.py``, ``resume``) reads as flags, which no
@@ -714,57 +730,68 @@ def _check_option_keys(cfg: Config, cfg_options: Mapping[str, Any]) -> UserError
             options of which one sets a key and the other one inside it (``a=None a.b=2``:
             the merge failed, or dropped ``a.b``, by their order).
     """
+    _refuse_nested_options(cfg_options)
+    whole = cfg.to_dict()
+    replaced = {key.removesuffix('._delete_') for key in cfg_options if key.endswith('._delete_')}
+    # Every key walked, so that one past a list's end is refused whatever typo came before.
+    typos = [_typo_in_key(whole, key, replaced) for key in cfg_options]
+    return next((typo for typo in typos if typo is not None), None)
+
+
+def _refuse_nested_options(cfg_options: Mapping[str, Any]) -> None:
+    """Refuse two options of which one sets a key and the other one inside it."""
     for key in cfg_options:
         inside = next((other for other in cfg_options if other.startswith(f'{key}.')), None)
         if inside is not None:
             raise UserError(f'--cfg-options {key}', f'sets {key} to {cfg_options[key]!r}, and '
                             f'{inside} sets a key inside it', 'give one of the two')
-    whole = cfg.to_dict()
-    typo = None
-    replaced = {key.removesuffix('._delete_') for key in cfg_options if key.endswith('._delete_')}
-    for key in cfg_options:
-        node: Any = whole
-        walked: list[str] = []
-        for part in key.split('.'):
-            if isinstance(node, (list, tuple)) and not part.isdigit():
+
+
+def _typo_in_key(whole: Mapping[str, Any], key: str, replaced: set[str]) -> UserError | None:
+    """Walk option ``key`` down the config ``whole``: refuse an index into a list it lacks, or
+    a key into a value that holds none (unless an option's ``_delete_`` of it or of a dict
+    above it, in ``replaced``, makes it a dict anew); return the error of a missing key a typo
+    away from one the dict holds, ``None`` where it is new or found."""
+    node: Any = whole
+    walked: list[str] = []
+    for part in key.split('.'):
+        if isinstance(node, (list, tuple)) and not part.isdigit():
+            raise UserError(f'--cfg-options {key}',
+                            f"{'.'.join(walked)} is a list of {len(node)} items",
+                            f'name one by its index, 0 to {len(node) - 1}')
+        if not isinstance(node, (Mapping, list, tuple)):
+            where = '.'.join(walked)
+            if any(where == path or where.startswith(path + '.') for path in replaced):
+                return None
+            # An option makes no dict (a count in epochs in place of iterations) but by
+            # _delete_ and its keys.
+            to_dict = f'({where}._delete_=True {key}=...)'
+            raise UserError(f'--cfg-options {key}',
+                            f'{where} is {node!r}, which holds no key {part!r}',
+                            f'make it a dict first {to_dict}' if node is None else
+                            f'give {where} a value of its own ({where}=...), or make it a '
+                            f'dict {to_dict}')
+        if isinstance(node, (list, tuple)):
+            if int(part) >= len(node):
                 raise UserError(f'--cfg-options {key}',
-                                f"{'.'.join(walked)} is a list of {len(node)} items",
-                                f'name one by its index, 0 to {len(node) - 1}')
-            if not isinstance(node, (Mapping, list, tuple)):
-                where = '.'.join(walked)
-                # An option's _delete_ of it or of a dict above it makes it a dict anew.
-                if any(where == path or where.startswith(path + '.') for path in replaced):
-                    break
-                # An option makes no dict (a count in epochs in place of iterations) but by
-                # _delete_ and its keys.
-                to_dict = f'({where}._delete_=True {key}=...)'
-                raise UserError(f'--cfg-options {key}',
-                                f'{where} is {node!r}, which holds no key {part!r}',
-                                f'make it a dict first {to_dict}' if node is None else
-                                f'give {where} a value of its own ({where}=...), or make it a '
-                                f'dict {to_dict}')
-            if isinstance(node, (list, tuple)):
-                if int(part) >= len(node):
-                    raise UserError(f'--cfg-options {key}',
-                                    f"{'.'.join(walked)} holds {len(node)} items (indices 0 to "
-                                    f'{len(node) - 1})',
-                                    'name one of them, or give the whole list')
-                node = node[int(part)]
-            elif isinstance(node, Mapping) and part in node:
-                node = node[part]
-            else:
-                # Not of 'type': a misspelt one is an unknown option of the type
-                # (check_run_values), and a new key may be one letter from it (dtype=...).
-                meant = _typo_of(part, [k for k in node if k != 'type']) \
-                    if isinstance(node, Mapping) else None
-                if meant is not None and typo is None:
-                    where = '.'.join(walked) or 'the config'
-                    typo = UserError(f'--cfg-options {key}', f"{where} has no key '{part}' "
-                                     f"(did you mean '{meant}'?), so nothing would read it",
-                                     'correct the key (tools/print_config.py prints the config)')
-                break
-            walked.append(part)
-    return typo
+                                f"{'.'.join(walked)} holds {len(node)} items (indices 0 to "
+                                f'{len(node) - 1})',
+                                'name one of them, or give the whole list')
+            node = node[int(part)]
+        elif isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            # Not of 'type': a misspelt one is an unknown option of the type
+            # (check_run_values), and a new key may be one letter from it (dtype=...).
+            meant = _typo_of(part, [k for k in node if k != 'type'])
+            if meant is None:
+                return None
+            where = '.'.join(walked) or 'the config'
+            return UserError(f'--cfg-options {key}', f"{where} has no key '{part}' (did you "
+                             f"mean '{meant}'?), so nothing would read it",
+                             'correct the key (tools/print_config.py prints the config)')
+        walked.append(part)
+    return None
 
 
 def _refuse_copied_variables(cfg: Config, cfg_options: Mapping[str, Any]) -> None:
