@@ -8,10 +8,13 @@ Hugging Face encoder, pooler and projection. Vision towers are scaled the same w
 ViTs keep their class, SigLIP's timm ViT becomes a 2-block ``map``-pooled timm ViT registered
 here. XLM-R-tokenised families embed XLM-R's 250,002 ids (the tokenizer in ``shared/data``);
 NLLB-CLIP reads a tiny tokenizer in NLLB's layout written here (:func:`nllb_tokenizer_folder`).
+:func:`shrunk_cfg` does the same for any architecture open_clip lists, its Hugging Face encoder
+standing in as the tiny one of its model type.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import string
 from pathlib import Path
@@ -54,6 +57,9 @@ def _scaled(arch: str, text: dict | None = None, timm_vision: bool = False,
     else:
         cfg['vision_cfg'] = dict(TINY_VIT)
     cfg['text_cfg'].update({**(text_sizes or {}), **(text or {})})
+    if 'multimodal_cfg' in cfg:  # CoCa: its attention-pooled image tower, a tiny decoder
+        cfg['vision_cfg'].update(attentional_pool=True, attn_pooler_heads=2, output_tokens=True)
+        cfg['multimodal_cfg'].update(width=32, heads=2, layers=1, attn_pooler_heads=2)
     return cfg
 
 
@@ -76,16 +82,13 @@ def coca_cfg() -> dict:
     """CoCa (coca_ViT-B-32): appended class token (embed_cls), attention-pooled image tower,
     a captioning decoder xmr builds and never runs."""
     cfg = _scaled('coca_ViT-B-32', dict(context_length=31))
-    cfg['vision_cfg'].update(attentional_pool=True, attn_pooler_heads=2, output_tokens=True)
-    cfg['multimodal_cfg'].update(context_length=31, width=32, heads=2, layers=1,
-                                 attn_pooler_heads=2)
+    cfg['multimodal_cfg']['context_length'] = 31
     return cfg
 
 
-def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
-             width: int = 32, model_type: str = 'xlm-roberta') -> dict:
-    """xlm-roberta-base-ViT-B-32 (``roberta-ViT-B-32`` with ``model_type='roberta'``, a BERT
-    encoder with ``'bert'``) with a 2-layer encoder written to ``folder`` (no download)."""
+def xlmr_encoder(folder: Path, width: int = 32, model_type: str = 'xlm-roberta') -> Path:
+    """A 2-layer XLM-R (``'roberta'``: RoBERTa, ``'bert'``: BERT) encoder config written to
+    ``folder``, over XLM-R's ids (no download)."""
     from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 
     config_cls = {'xlm-roberta': XLMRobertaConfig, 'roberta': RobertaConfig,
@@ -94,20 +97,23 @@ def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp'
     config_cls(vocab_size=XLMR_VOCAB, hidden_size=width, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=64, max_position_embeddings=40,
                pad_token_id=1, bos_token_id=0, eos_token_id=2).save_pretrained(folder)
+    return folder
+
+
+def xlmr_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
+             width: int = 32, model_type: str = 'xlm-roberta') -> dict:
+    """xlm-roberta-base-ViT-B-32 (``roberta-ViT-B-32`` with ``model_type='roberta'``, a BERT
+    encoder with ``'bert'``) with a 2-layer encoder written to ``folder`` (no download)."""
     arch = 'roberta-ViT-B-32' if model_type == 'roberta' else 'xlm-roberta-base-ViT-B-32'
-    cfg = copy.deepcopy(open_clip.get_model_config(arch))
-    cfg['embed_dim'] = 32
-    cfg['vision_cfg'] = dict(TINY_VIT)
-    cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,
-                           context_length=32)
-    return cfg
+    return _scaled(arch, dict(hf_model_name=str(xlmr_encoder(folder, width, model_type)),
+                              hf_pooler_type=pooler, hf_proj_type=proj, context_length=32),
+                   text_sizes=None)
 
 
-def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
-            feed_forward_proj: str = 'gated-gelu') -> dict:
-    """mt5-base-ViT-B-32 with a 2-block mT5 encoder (gated GELU, relative positions) written to
-    ``folder``; its ids and padding id are XLM-R's so that the shared tokenizer fits. Its heads
-    span 4 x 4 = 16 of the 32 widths, as mt5-small's span 6 x 64 = 384 of 512: q/k/v and the
+def mt5_encoder(folder: Path, feed_forward_proj: str = 'gated-gelu') -> Path:
+    """A 2-block mT5 encoder config (gated GELU, relative positions) written to ``folder``; its
+    ids and padding id are XLM-R's so that the shared tokenizer fits. Its heads span
+    4 x 4 = 16 of the 32 widths, as mt5-small's span 6 x 64 = 384 of 512: q/k/v and the
     attention output have a width of their own. ``feed_forward_proj='relu'`` gives T5's plain
     FFN, ``wo(relu(wi h))``, instead of mT5's gated one."""
     from transformers import MT5Config
@@ -117,12 +123,16 @@ def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
               relative_attention_num_buckets=8,
               relative_attention_max_distance=16, pad_token_id=1, eos_token_id=2,
               decoder_start_token_id=1).save_pretrained(folder)
-    cfg = copy.deepcopy(open_clip.get_model_config('mt5-base-ViT-B-32'))
-    cfg['embed_dim'] = 32
-    cfg['vision_cfg'] = dict(TINY_VIT)
-    cfg['text_cfg'].update(hf_model_name=str(folder), hf_pooler_type=pooler, hf_proj_type=proj,
-                           context_length=32)
-    return cfg
+    return folder
+
+
+def mt5_cfg(folder: Path, pooler: str = 'mean_pooler', proj: str | None = 'mlp',
+            feed_forward_proj: str = 'gated-gelu') -> dict:
+    """mt5-base-ViT-B-32 with :func:`mt5_encoder`'s encoder written to ``folder``."""
+    return _scaled('mt5-base-ViT-B-32',
+                   dict(hf_model_name=str(mt5_encoder(folder, feed_forward_proj)),
+                        hf_pooler_type=pooler, hf_proj_type=proj, context_length=32),
+                   text_sizes=None)
 
 
 #: The tiny NLLB tokenizer's pieces, one per character: ``'▁'`` is id 4, ``'a'`` 5 ... ``'z'`` 30,
@@ -148,11 +158,9 @@ def nllb_tokenizer_folder(folder: Path) -> Path:
     return folder
 
 
-def nllb_cfg(folder: Path, arch: str = 'nllb-clip-base', pooler: str = 'cls_pooler',
-             proj: str | None = 'linear', scale_embedding: bool = True) -> dict:
-    """``nllb-clip-base`` (``nllb-clip-base-siglip``: its timm SigLIP ViT) with a 2-layer M2M100
-    encoder (NLLB's ReLU, scaled embeddings) and the tiny NLLB tokenizer, written to ``folder``
-    (no download); the pooler and projection are the config's own unless given."""
+def nllb_encoder(folder: Path, scale_embedding: bool = True) -> Path:
+    """A 2-layer M2M100 encoder config (NLLB's ReLU, scaled embeddings unless told) and the
+    tiny NLLB tokenizer, written to ``folder`` (no download)."""
     from transformers import M2M100Config
 
     M2M100Config(vocab_size=NLLB_VOCAB, d_model=32, encoder_layers=2, decoder_layers=1,
@@ -160,8 +168,16 @@ def nllb_cfg(folder: Path, arch: str = 'nllb-clip-base', pooler: str = 'cls_pool
                  decoder_ffn_dim=48, max_position_embeddings=40, activation_function='relu',
                  scale_embedding=scale_embedding, pad_token_id=1, bos_token_id=0,
                  eos_token_id=2, decoder_start_token_id=2).save_pretrained(folder)
-    nllb_tokenizer_folder(folder)
-    return _scaled(arch, dict(hf_model_name=str(folder), hf_tokenizer_name=str(folder),
+    return nllb_tokenizer_folder(folder)
+
+
+def nllb_cfg(folder: Path, arch: str = 'nllb-clip-base', pooler: str = 'cls_pooler',
+             proj: str | None = 'linear', scale_embedding: bool = True) -> dict:
+    """``nllb-clip-base`` (``nllb-clip-base-siglip``: its timm SigLIP ViT) with
+    :func:`nllb_encoder`'s encoder and tokenizer in ``folder``; the pooler and projection are
+    the config's own unless given."""
+    folder = str(nllb_encoder(folder, scale_embedding))
+    return _scaled(arch, dict(hf_model_name=folder, hf_tokenizer_name=folder,
                               hf_pooler_type=pooler, hf_proj_type=proj, context_length=32),
                    timm_vision='siglip' in arch, text_sizes=None)
 
@@ -230,3 +246,64 @@ def gemma_snapshot(folder, captions, post_processor: str, **config):
         {key: value for key, value in fields.items() if value is not None}))
     return folder
 
+
+#: The Hugging Face text encoders open_clip's architectures name (``text_cfg.hf_model_name``),
+#: which cannot be fetched offline, and the tiny encoder of the same model type that stands for
+#: each (:func:`xlmr_encoder`, :func:`mt5_encoder`, :func:`nllb_encoder`).
+HF_ENCODER_STAND_INS = {
+    'xlm-roberta-base': 'xlm-roberta', 'xlm-roberta-large': 'xlm-roberta',
+    'roberta-base': 'roberta', 'google/mt5-base': 'mt5', 'google/mt5-xl': 'mt5',
+    'facebook/nllb-200-distilled-600M': 'nllb', 'facebook/nllb-200-distilled-1.3B': 'nllb'}
+#: The vocabulary each source tokenizer stand-in fills: open_clip's bundled CLIP BPE, XLM-R's
+#: file, the tiny T5 vocabulary of :func:`siglip_t5_tokenizer_folder` (``</s>`` = 1, the end id
+#: of mT5's tokenizer that ``ViT-L-14-worldwide`` pools).
+STAND_IN_VOCABS = {'clip-bpe': 49408, 'xlm-roberta': XLMR_VOCAB, 't5': 64}
+
+
+def shrunk_cfg(arch: str) -> tuple[dict, str] | None:
+    """``arch``'s own open_clip config with only its sizes shrunk, and the source tokenizer
+    that stands for its own (a :data:`STAND_IN_VOCABS` key, ``'nllb'`` for NLLB's).
+
+    Every structural field (``text_cfg``'s pooling, masks, activation and norm arguments, ids,
+    projection, ``context_length``; ``quick_gelu``, ``custom_text``, ``multimodal_cfg``, which
+    pick the model class) is kept; ``width``, ``heads``, ``layers`` and ``vocab_size`` (the
+    stand-in tokenizer's) shrink, the image tower is a tiny ViT, and a Hugging Face encoder's
+    name becomes its :data:`HF_ENCODER_STAND_INS` kind (its ``context_length`` the stand-in's
+    32 positions), which :func:`built_shrunk_cfg` writes. ``None``: a Hugging Face encoder
+    without a stand-in.
+    """
+    cfg = _scaled(arch, text_sizes=None)
+    text = cfg['text_cfg']
+    if 'hf_model_name' in text:
+        kind = HF_ENCODER_STAND_INS.get(text['hf_model_name'])
+        if kind is None:
+            return None
+        text.update(hf_model_name=kind, context_length=32)
+        return cfg, 'nllb' if kind == 'nllb' else 'xlm-roberta'
+    # ViT-L-14-worldwide pools mT5's </s> (eos_id 1); the other Hugging Face vocabularies
+    # (SigLIP's, Gemma's, XLM-V's, BERT's for CLIPA) stand in as XLM-R's, whose </s> is 2.
+    tokenizer = ('clip-bpe' if 'hf_tokenizer_name' not in text else
+                 't5' if text.get('pool_type') == 'eos' and text.get('eos_id') == 1 else
+                 'xlm-roberta')
+    text.update(TINY_TEXT, vocab_size=STAND_IN_VOCABS[tokenizer])
+    if 'multimodal_cfg' in cfg:
+        cfg['multimodal_cfg']['vocab_size'] = text['vocab_size']
+    return cfg, tokenizer
+
+
+def built_shrunk_cfg(cfg: dict, tokenizer: str, folder: Path) -> tuple[dict, dict | None]:
+    """``(model_cfg, source tokenizer cfg)`` of a :func:`shrunk_cfg`, its stand-in encoder and
+    tokenizer files written to ``folder``; ``None``: the record's tokenizer."""
+    cfg = copy.deepcopy(cfg)
+    text = cfg['text_cfg']
+    kind = text.get('hf_model_name')
+    if kind is not None:
+        encoder = {'xlm-roberta': xlmr_encoder, 'mt5': mt5_encoder, 'nllb': nllb_encoder,
+                   'roberta': functools.partial(xlmr_encoder, model_type='roberta')}[kind]
+        text['hf_model_name'] = str(encoder(folder))
+        if kind == 'nllb':
+            text['hf_tokenizer_name'] = text['hf_model_name']
+    if tokenizer == 't5':
+        file = siglip_t5_tokenizer_folder(folder) / 'tokenizer.json'
+        return cfg, dict(type='HFTokenizer', tokenizer_file=str(file))
+    return cfg, xlmr_tokenizer() if tokenizer == 'xlm-roberta' else None

@@ -5,25 +5,33 @@ compute the same arithmetic as open_clip's; only the order of floating-point sum
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import re
 import shutil
 
+import open_clip
 import pytest
 import torch
+from open_clip.coca_model import MultimodalCfg
+from open_clip.model import CLIPTextCfg
 
 from tests.conftest import MIXED_BATCH
 from tests.models.backbones.open_clip_families import (
+    HF_ENCODER_STAND_INS,
     TEXTS,
     XLMR_TOKENIZER,
     XLMR_VOCAB,
     backbone_cfg,
+    built_shrunk_cfg,
     clip_cfg,
     coca_cfg,
     gemma_snapshot,
     mobileclip_cfg,
     mt5_cfg,
     nllb_cfg,
+    shrunk_cfg,
     siglip_cfg,
     siglip_t5_tokenizer_folder,
     xlmr_cfg,
@@ -108,7 +116,11 @@ TEXT_LANGS = ['en', 'de', 'sw']
 
 
 def _build(name: str, tmp_path):
-    model_cfg, tokenizer = _family(name, tmp_path)
+    return _built(*_family(name, tmp_path))
+
+
+def _built(model_cfg: dict, tokenizer: dict | None):
+    """The backbone of ``model_cfg``, seeded, in eval mode, with no norm an identity."""
     torch.manual_seed(0)
     backbone = MODELS.build(backbone_cfg(model_cfg, tokenizer)).eval()
     # Random LayerNorm / LayerScale / bias / head-scale values, so that none of them is an
@@ -980,3 +992,104 @@ def test_where_the_text_tower_s_files_are_read_is_no_checkpoint_setting(tmp_path
     assert a.fingerprint_settings() != b.fingerprint_settings()
     assert a.checkpoint_settings() == b.checkpoint_settings()
     assert a.checkpoint_settings() != c.checkpoint_settings()
+
+
+def _structure(arch: str) -> str | None:
+    """The key of ``arch``'s shrunk structure (:func:`shrunk_cfg`): its config with the fields
+    open_clip's ``CLIPTextCfg`` / ``MultimodalCfg`` fill in written out (``MobileCLIP2-B``'s
+    ``no_causal_mask: false`` is the default), less the Hugging Face tokenizer's name, which the
+    stand-in tokenizer replaces; ``None``: a Hugging Face encoder without a stand-in."""
+    shrunk = shrunk_cfg(arch)
+    if shrunk is None:
+        return None
+    cfg, tokenizer = shrunk
+    text = dataclasses.asdict(CLIPTextCfg(**cfg['text_cfg']))
+    del text['hf_tokenizer_name']
+    key = dict(cfg, text_cfg=text, tokenizer=tokenizer)
+    if 'multimodal_cfg' in cfg:
+        key['multimodal_cfg'] = dataclasses.asdict(MultimodalCfg(**cfg['multimodal_cfg']))
+    return json.dumps(key, sort_keys=True)
+
+
+#: Every architecture open_clip lists, with its structure's key, those of one structure next to
+#: each other, so that a worker runs each structure once (:func:`_walk_verdict`).
+ARCHITECTURES = {arch: _structure(arch) for arch in open_clip.list_models()}
+STRUCTURES: dict[str | None, list[str]] = {}
+for _arch, _key in ARCHITECTURES.items():
+    STRUCTURES.setdefault(_key, []).append(_arch)
+del _arch, _key
+#: The field of each refusal docs/backbones.md lists ("Refused towers"), in the message
+#: ``<model class>.<module>: <field> - <what is missing>``.
+DOCUMENTED_REFUSALS = ("text_cfg.pool_type='none'", 'text_cfg.scaled_cosine_attn=True',
+                       'attentional pooler (attn_pool)', 'text_cfg.hf_proj_type=None',
+                       'text_cfg.hf_pooler_type gives MaxPooler')
+_VERDICTS: dict[str, str] = {}
+
+
+def _run_or_refused(model_cfg: dict, tokenizer: dict | None, archs: list[str]) -> str:
+    """``'exact (<model class>, <xmr tower>)'`` where xmr's source path equals open_clip's
+    ``encode_text`` on the same weights and ids (``atol=rtol=1e-5``; a difference fails, naming
+    ``archs``), ``'refused: <message>'`` where building the backbone raises a ``TypeError``."""
+    try:
+        backbone = _built(model_cfg, tokenizer)
+    except TypeError as error:
+        return f'refused: {error}'
+    tokens = backbone.tokenizer(TEXTS, TEXT_LANGS)
+    with torch.no_grad():
+        expected = backbone.clip.encode_text(_open_clip_ids(backbone, tokens), normalize=False)
+        for got in (backbone.encode_source_text(tokens),
+                    backbone.encode_text_tokens(tokens).pooled):
+            torch.testing.assert_close(got, expected, atol=ATOL, rtol=RTOL,
+                                       msg=lambda message: f'{", ".join(archs)}: {message}')
+    return f'exact ({type(backbone.clip).__name__}, {type(backbone.text_tower).__name__})'
+
+
+def _exact_or_documented(verdict: str) -> bool:
+    """Whether a :func:`_run_or_refused` verdict is a run or a refusal the docs list."""
+    return verdict.startswith('exact') or any(f': {field} - ' in verdict
+                                              for field in DOCUMENTED_REFUSALS)
+
+
+def _walk_verdict(arch: str, tmp_path_factory) -> str:
+    """:func:`_run_or_refused` of ``arch``'s structure, run once per structure and worker."""
+    key = ARCHITECTURES[arch]
+    if key not in _VERDICTS:
+        cfg, tokenizer = shrunk_cfg(arch)
+        if tokenizer == 'xlm-roberta' and not XLMR_TOKENIZER.is_file():
+            pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+        model_cfg, tokenizer_cfg = built_shrunk_cfg(cfg, tokenizer,
+                                                    tmp_path_factory.mktemp('walk'))
+        _VERDICTS[key] = _run_or_refused(model_cfg, tokenizer_cfg, STRUCTURES[key])
+    return _VERDICTS[key]
+
+
+@pytest.mark.parametrize('arch', [arch for archs in STRUCTURES.values() for arch in archs])
+def test_every_open_clip_architecture_is_run_exactly_or_refused_by_name(arch, tmp_path_factory):
+    """Each architecture of ``open_clip.list_models()``, from its own config with only its
+    sizes shrunk (:func:`shrunk_cfg`: every text field, the model class, a tiny image tower;
+    a Hugging Face encoder as a tiny one of its model type), is run as open_clip's own
+    ``encode_text`` runs it (``atol=rtol=1e-5``) or refused as docs/backbones.md lists. An
+    architecture whose Hugging Face encoder has no stand-in is skipped, naming it."""
+    if ARCHITECTURES[arch] is None:
+        name = open_clip.get_model_config(arch)['text_cfg']['hf_model_name']
+        pytest.skip(f'{arch}: its text tower is the Hugging Face model {name!r}, which cannot be '
+                    f'built offline and has no tiny stand-in in HF_ENCODER_STAND_INS '
+                    f'({sorted(HF_ENCODER_STAND_INS)})')
+    verdict = _walk_verdict(arch, tmp_path_factory)
+    assert _exact_or_documented(verdict), (
+        f'{", ".join(STRUCTURES[ARCHITECTURES[arch]])}: {verdict} (no refusal docs/backbones.md '
+        'lists)')
+
+
+def test_the_walk_takes_a_documented_refusal_and_fails_any_other():
+    """:func:`_run_or_refused`'s refusals: MobileCLIP-S1's shrunk config with
+    ``pool_type='none'`` is one the docs list; a ``TypeError`` of no documented field (open_clip's
+    own, for a ``text_cfg`` field it does not know) is not, and fails the walk."""
+    cfg, _ = shrunk_cfg('MobileCLIP-S1')
+    cfg['text_cfg']['pool_type'] = 'none'
+    verdict = _run_or_refused(cfg, None, ['MobileCLIP-S1'])
+    assert verdict.startswith("refused: CustomTextCLIP.text (TextTransformer): "
+                              "text_cfg.pool_type='none' - ") and _exact_or_documented(verdict)
+    cfg['text_cfg'].update(pool_type='argmax', rope=True)
+    verdict = _run_or_refused(cfg, None, ['MobileCLIP-S1'])
+    assert verdict.startswith('refused: ') and not _exact_or_documented(verdict)
