@@ -20,9 +20,14 @@ keeps each media's retrieval tokens, and ``--candidates N`` (default 100) re-ran
 ``--candidates all`` scores the whole gallery (``scoring='tokens'``); any other model, or a
 gallery without tokens, ranks by the pooled cosine, and ``--candidates`` is unused.
 ``--no-media-tokens`` builds a new index without them (``E`` floats a media, not ``P x D``
-more), ranked by the pooled cosine; ``--update`` encodes as the saved index did. ``--out``
-records the ranking as ``scoring`` (``'embedding'``, ``'tokens'`` or ``'tokens_rerank'`` with
-its shortlist, ``rerank_candidates``).
+more), ranked by the pooled cosine; ``--update`` encodes as the saved index did.
+``--token-dtype float16`` stores a new index's tokens in half the bytes (``float32`` by
+default, as evaluation scores them; scored in float32 either way, each score within 2^-10 of
+float32's); ``--update`` stores new media's tokens as the saved index does, and refuses another
+``--token-dtype``; an interrupted build's saved parts keep the model's float32 tokens, so it
+goes on under either. ``--out`` records the ranking as ``scoring`` (``'embedding'``,
+``'tokens'`` or ``'tokens_rerank'`` with its shortlist, ``rerank_candidates``) and, ranked by
+tokens, their ``token_dtype``.
 
 While an index is built, the embeddings are saved every ``--save-every`` media in
 ``FILE.parts`` (``xmr.apis.encode_media_in_parts``): an interrupted run, run again as it was,
@@ -76,6 +81,9 @@ CANDIDATES = 100
 #: The image files a folder given to ``--media`` is searched for (a file given by its path
 #: is read whatever its suffix, as Pillow can).
 IMAGE_SUFFIXES = ('.bmp', '.gif', '.jpeg', '.jpg', '.png', '.tif', '.tiff', '.webp')
+
+#: What ``--token-dtype`` takes: the names of ``xmr.apis.search.TOKEN_DTYPES``.
+TOKEN_DTYPES = ('float32', 'float16')
 
 #: The options of the media's encoding, read only with ``--media``, and their defaults.
 MEDIA_ENCODING = {'batch_size': 32, 'num_workers': 0, 'on_corrupt': 'raise', 'save_every': 256}
@@ -132,6 +140,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'that scores by tokens keeps P x D floats a media: for a gallery too '
                         'large for them); it is ranked by the pooled cosine (--update: as the '
                         'saved index was built)')
+    parser.add_argument('--token-dtype', choices=TOKEN_DTYPES,
+                        help="what a new index stores its media's retrieval tokens in: float32 "
+                        '(default, as evaluation scores them) or float16 (half the bytes, each '
+                        'token score within 2^-10 of float32\'s); --update: the index\'s own, '
+                        'another refused')
     parser.add_argument('--num-frames', type=int,
                         help="frames per video (default: 12; --update: the index's own)")
     parser.add_argument('--on-corrupt', choices=['raise', 'skip'],
@@ -172,12 +185,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Read as --media are encoded alone: a saved index searches as it was built, and the
     # queries are encoded as texts. Given without --media, each was dropped without a word.
     unread = [f'--{name.replace("_", "-")}' for name in ('index_type', 'num_frames',
-                                                         'no_media_tokens', *MEDIA_ENCODING)
+                                                         'no_media_tokens', 'token_dtype',
+                                                         *MEDIA_ENCODING)
               if getattr(args, name) is not None]
     if args.media is None and unread:
         parser.error(f'{", ".join(unread)}: read only as --media are encoded into an index (a '
                      'saved index searches as it was built; the queries are encoded as texts): '
                      'give --media')
+    if args.no_media_tokens and args.token_dtype is not None:
+        parser.error("--token-dtype: the dtype of the media's tokens, which --no-media-tokens "
+                     'leaves out: give one or the other')
     if args.save_every is not None and args.index is None:
         parser.error("--save-every saves an --index's embeddings as they are encoded: give "
                      '--index')
@@ -490,12 +507,15 @@ def search(args: argparse.Namespace, queries: list[str], files: list[Path] | Non
         return
     # None: the whole gallery, as MediaIndex.search takes it.
     candidates = None if args.candidates == 'all' else args.candidates or CANDIDATES
-    if args.candidates is not None and model.token_score() is None:
+    if model.token_score() is None:
         from mmengine.logging import print_log
 
-        print_log(f'--candidates {args.candidates}: unused: {type(model).__name__} ranks by the '
-                  'cosine of the embeddings (its token_score() is None)', logger='current',
-                  level=logging.WARNING)
+        for flag, value in (('--candidates', args.candidates),
+                            ('--token-dtype', args.token_dtype)):
+            if value is not None:
+                print_log(f'{flag} {value}: unused: {type(model).__name__} ranks by the cosine '
+                          'of the embeddings (its token_score() is None)', logger='current',
+                          level=logging.WARNING)
     hits = index.search(model, queries, lang=args.lang, k=args.k, candidates=candidates)
     print_for_reader('\n'.join(hits_table(query, args.lang, row)
                                for query, row in zip(queries, hits)))
@@ -516,12 +536,19 @@ def ranking(model: Any, index: Any, k: int, candidates: int | None) -> dict[str,
     """How ``index.search`` ranked the hits, in the terms of evaluation's ``RetrievalMetric``:
     ``scoring`` (``'embedding'``: the pooled cosine; ``'tokens'``: the model's token score of
     the whole gallery; ``'tokens_rerank'``: of each query's shortlist by pooled cosine, whose
-    length is ``rerank_candidates``)."""
+    length is ``rerank_candidates``), and the ``token_dtype`` the media's tokens are stored in
+    (``'float32'`` or ``'float16'``) where they rank."""
     if not index.ranks_by_tokens(model):
         return dict(scoring='embedding')
+    stored = dict(token_dtype=dtype_name(index.token_dtype))
     if candidates is None:
-        return dict(scoring='tokens')
-    return dict(scoring='tokens_rerank', rerank_candidates=max(k, candidates))
+        return dict(scoring='tokens', **stored)
+    return dict(scoring='tokens_rerank', rerank_candidates=max(k, candidates), **stored)
+
+
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype as ``--token-dtype`` names it (``torch.float16`` -> ``'float16'``)."""
+    return str(dtype).removeprefix('torch.')
 
 
 def json_text(value: Any) -> str:
@@ -537,6 +564,7 @@ def json_text(value: Any) -> str:
 def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: Any) -> Any:
     """The index of ``files`` (``--update``: the ``saved`` index, with those it lacks added),
     saved at ``--index`` when given, its embeddings saved as they are encoded until it is."""
+    import torch
     from mmengine.logging import print_log
 
     from xmr.apis import MediaIndex
@@ -559,6 +587,8 @@ def build_index(args: argparse.Namespace, model: Any, files: list[Path], saved: 
                                           index=args.index_type or 'flat',
                                           num_frames=args.num_frames or 12,
                                           tokens=False if args.no_media_tokens else None,
+                                          token_dtype=getattr(torch, args.token_dtype
+                                                              or TOKEN_DTYPES[0]),
                                           **encoding, **args.index_option)
     except BaseException as error:
         # A refusal (parts encoded otherwise, ids given twice) is not gone past by running the
@@ -631,9 +661,10 @@ def check_named_by_paths(path: Path, index: Any) -> None:
 
 
 def check_same_encoding(args: argparse.Namespace, index: Any) -> None:
-    """``--update`` encodes as the index's media were: an ``--index-type`` or
-    ``--num-frames`` given must be the saved index's, and ``--no-media-tokens`` that of an
-    index without tokens."""
+    """``--update`` encodes as the index's media were: an ``--index-type``, ``--num-frames``
+    or ``--token-dtype`` given must be the saved index's (the saved dtype wins: a gallery of
+    two dtypes would rank its media by scores of two precisions), and ``--no-media-tokens``
+    that of an index without tokens."""
     if index.encoded_by is None:
         raise UserError(f'{args.index} (--update)', 'holds embeddings given to MediaIndex, not '
                         'encoded by it: nothing says how to encode new media alike',
@@ -650,6 +681,16 @@ def check_same_encoding(args: argparse.Namespace, index: Any) -> None:
         raise UserError(f'{args.index} (--update)', "keeps its media's tokens (built without "
                         '--no-media-tokens)', 'leave out --no-media-tokens, or pass --overwrite '
                         'to build it anew without them')
+    if args.token_dtype is None:
+        return
+    if index.tokens is None:
+        raise UserError(f'{args.index} (--update)', 'keeps no media tokens, to store in '
+                        f'{args.token_dtype}', 'leave out --token-dtype')
+    if args.token_dtype != dtype_name(index.token_dtype):
+        raise UserError(f'{args.index} (--update)', 'stores its media tokens in '
+                        f'{dtype_name(index.token_dtype)}, not {args.token_dtype}', 'leave out '
+                        "--token-dtype (new media are stored as the index's), or pass "
+                        '--overwrite to build it anew')
 
 
 if __name__ == '__main__':

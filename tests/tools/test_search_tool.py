@@ -233,6 +233,13 @@ def test_overwrite_replaces_an_earlier_index_whole_cut_short_or_empty(gallery, t
     # A saved index keeps the tokens it was built with.
     (['--index', 'i', '--no-media-tokens', '--lang', 'de', '--query', 'x'],
      '--no-media-tokens: read only as --media are encoded into an index'),
+    (['--index', 'i', '--token-dtype', 'float16', '--lang', 'de', '--query', 'x'],
+     '--token-dtype: read only as --media are encoded into an index'),
+    (['--media', 'm', '--index', 'i', '--no-media-tokens', '--token-dtype', 'float16'],
+     re.escape("--token-dtype: the dtype of the media's tokens, which --no-media-tokens leaves "
+               'out: give one or the other')),
+    (['--media', 'm', '--index', 'i', '--token-dtype', 'bfloat16'],
+     re.escape("--token-dtype: invalid choice: 'bfloat16' (choose from")),
 ])
 def test_usage_errors_name_what_to_give(capsys, flags, refused):
     with pytest.raises(SystemExit):
@@ -792,6 +799,11 @@ def test_no_media_tokens_builds_a_smaller_gallery_ranked_by_the_pooled_cosine(
         tool.main([*search, '--media', str(photos), '--index', str(tokens), '--update',
                    '--no-media-tokens'])
     assert tokens.read_bytes() == saved
+    with pytest.raises(UserError, match=re.escape(
+            f'{pooled} (--update): keeps no media tokens, to store in float16: leave out '
+            '--token-dtype')):
+        tool.main([*search, '--media', str(photos), '--index', str(pooled), '--update',
+                   '--token-dtype', 'float16'])
 
 
 @pytest.mark.parametrize('given', ['0', '-1', 'x', '2.5'])
@@ -813,13 +825,50 @@ def test_candidates_given_to_a_model_ranking_by_embeddings_are_said_to_be_unused
     said = []
 
     def log(message, **_):
-        if '--candidates' in message:  # not the registries' debug lines
+        if ': unused: ' in message:  # not the registries' debug lines
             said.append(message)
 
     monkeypatch.setattr('mmengine.logging.print_log', log)
     load_tool().main([str(config), str(checkpoint), '--media', str(media), '--lang', 'de',
-                      '--query', 'ein roter Kreis', '--candidates', '5', '--out',
-                      str(tmp_path / 'hits.json')])
-    assert said == ['--candidates 5: unused: CrossLingualRetriever ranks by the cosine of the '
-                    'embeddings (its token_score() is None)']
+                      '--query', 'ein roter Kreis', '--candidates', '5', '--token-dtype',
+                      'float16', '--out', str(tmp_path / 'hits.json')])
+    assert said == [f'{flag}: unused: CrossLingualRetriever ranks by the cosine of the '
+                    'embeddings (its token_score() is None)'
+                    for flag in ('--candidates 5', '--token-dtype float16')]
     assert ranking_of(tmp_path / 'hits.json') == dict(scoring='embedding')
+
+
+def test_token_dtype_float16_stores_half_the_token_bytes_and_update_keeps_it(
+        token_gallery, tmp_path, monkeypatch):
+    config, checkpoint, photos = token_gallery
+    tool = load_tool()
+    search = [str(config), str(checkpoint), '--lang', 'de', '--query', *TOKEN_QUERIES, '--k', '3',
+              '--candidates', 'all', '--media', str(photos)]
+    full, half = tmp_path / 'full.idx', tmp_path / 'half.idx'
+    tool.main([*search, '--index', str(full), '--out', str(tmp_path / 'full.json')])
+    tool.main([*search, '--index', str(half), '--token-dtype', 'float16', '--out',
+               str(tmp_path / 'half.json')])
+    stored = MediaIndex.load(full).tokens.tokens
+    assert MediaIndex.load(half).token_dtype == torch.float16
+    # Half the tokens' bytes, give or take the archive's 64-byte alignment.
+    assert abs(full.stat().st_size - half.stat().st_size - 2 * stored.numel()) <= 64
+    assert [json.loads((tmp_path / name).read_text())['token_dtype']
+            for name in ('full.json', 'half.json')] == ['float32', 'float16']
+    for (media, score), (media_half, score_half) in zip(
+            sum(hits_of(tmp_path / 'full.json'), []), sum(hits_of(tmp_path / 'half.json'), [])):
+        # tests/apis/test_token_search.py derives the bound: 2 x 2^-11, and float32's rounding.
+        assert media == media_half and abs(score - score_half) <= 2 * 2 ** -11 + 1e-5
+
+    # --update stores the new media's tokens as the index's; another dtype is refused.
+    Image.fromarray(np.zeros((40, 40, 3), dtype=np.uint8)).save(photos / 'black.png')
+    tool.main([*search, '--index', str(half), '--update'])
+    grown = MediaIndex.load(half)
+    assert len(grown) == 7 and grown.token_dtype == torch.float16
+    monkeypatch.setattr('xmr.apis.init_retriever', lambda *args, **kwargs: pytest.fail('built'))
+    saved = half.read_bytes()
+    with pytest.raises(UserError, match=re.escape(
+            f'{half} (--update): stores its media tokens in float16, not float32: leave out '
+            "--token-dtype (new media are stored as the index's), or pass --overwrite to build "
+            'it anew')):
+        tool.main([*search, '--index', str(half), '--update', '--token-dtype', 'float32'])
+    assert half.read_bytes() == saved

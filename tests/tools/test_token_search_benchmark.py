@@ -2,6 +2,9 @@
 captions, its search's recalls printed beside evaluation's on the same encodings."""
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 import torch
 from mmengine.config import Config
@@ -41,10 +44,31 @@ def test_the_search_recalls_are_evaluation_s(checkpoint, capsys):
     assert len({tuple(row[2:5]) for row in rows}) > 1  # the rankings differ: each is checked
 
 
+def test_float16_tokens_halve_the_index_file_and_evaluation_s_recalls_stay_float32_s(
+        checkpoint, capsys):
+    runs = {}
+    for dtype in ('float32', 'float16'):
+        token_search.main([CONFIG, str(checkpoint), '--limit', '24', '--candidates', 'all',
+                           '--token-dtype', dtype])
+        out = capsys.readouterr().out
+        shape, stored, size = re.search(
+            r'media tokens \((\d+, \d+, \d+)\) (\w+), [\d.]+ MB; index file ([\d,]+) bytes',
+            out).groups()
+        rows = [line.strip('| ').split(' | ') for line in out.splitlines()
+                if line.startswith('| tokens') or line.startswith('| pooled')]
+        runs[dtype] = stored, int(size.replace(',', '')), [row[5:8] for row in rows]
+    assert [runs[dtype][0] for dtype in runs] == ['float32', 'float16']
+    elements = math.prod(map(int, shape.split(', ')))
+    # Two bytes less an element, give or take the archive's 64-byte alignment.
+    assert abs(runs['float32'][1] - runs['float16'][1] - 2 * elements) <= 64
+    assert runs['float32'][2] == runs['float16'][2]  # evaluation ranks the float32 tokens
+
+
 @pytest.mark.parametrize('argv, message', [
     ([CONFIG, 'missing.pth'], 'missing.pth (checkpoint): no such file'),
     ([CONFIG, CONFIG, '--candidates', '0'], "--candidates: '0' is no whole number >= 1"),
     ([CONFIG, CONFIG, '--limit', '0'], "--limit: '0' is no whole number >= 1"),
+    ([CONFIG, CONFIG, '--token-dtype', 'half'], "--token-dtype: invalid choice: 'half'"),
 ])
 def test_an_option_that_fails_the_run_is_refused_before_the_model_is_built(
         monkeypatch, capsys, argv, message):

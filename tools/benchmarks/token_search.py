@@ -10,6 +10,10 @@ each search returns; then the pooled cosine, as a gallery without tokens ranks),
 the queries a second (encoding included), t2i R@1/5/10 of the search's hits, and the same
 recalls from evaluation's ranks (``token_ranks`` / ``exact_ranks``) on the same encodings,
 which must agree (ties aside, which evaluation counts against the query).
+``--token-dtype float16`` stores the index's media tokens in float16
+(``MediaIndex(token_dtype=...)``): the search's recalls are then those of the float16 store,
+evaluation's still those of the model's float32 tokens, and the header gives the size of the
+index file it saves (``MediaIndex.save``).
 
 Example (the CDDS demo, ``docs/methods/cdds.md``)::
 
@@ -49,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'gallery) or a shortlist length, one row each (default: all,100)')
     parser.add_argument('--limit', type=int_at_least(1),
                         help='the first N media of the validation set only')
+    parser.add_argument('--token-dtype', choices=('float32', 'float16'), default='float32',
+                        help="what the index stores its media tokens in (default: float32, "
+                        "evaluation's)")
     parser.add_argument('--device', default='cpu', help='where the model runs and scores')
     args = parser.parse_args(argv)
     try:
@@ -112,15 +119,18 @@ def main(argv: list[str] | None = None) -> None:
     try:
         files, captions, owners = write_gallery(model, folder, args.lang, args.limit)
         gallery = encode_gallery(model, files, tokens=True)
+        index = MediaIndex(gallery.embeddings, [str(row) for row in range(len(files))],
+                           tokens=gallery.tokens, token_dtype=getattr(torch, args.token_dtype))
+        index_bytes = index.save(folder / 'gallery.idx').stat().st_size
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    index = MediaIndex(gallery.embeddings, [str(row) for row in range(len(files))],
-                       tokens=gallery.tokens)
     embeddings, tokens = encode_text_tokens(model, captions, args.lang)
     owner, media_rows = torch.tensor(owners), torch.arange(len(files))
+    stored = index.tokens.tokens
     print(f'{len(files)} media, {len(captions)} {args.lang} captions, {type(model).__name__}, '
-          f'{args.device}; media tokens {tuple(gallery.tokens.tokens.shape)} float32, '
-          f'{gallery.tokens.tokens.numel() * 4 / 1e6:.1f} MB')
+          f'{args.device}; media tokens {tuple(stored.shape)} {args.token_dtype}, '
+          f'{stored.numel() * stored.element_size() / 1e6:.1f} MB; index file '
+          f'{index_bytes:,} bytes')
     print('| ranking | queries/s | ' + ' | '.join(f'R@{k}' for k in RECALLS) + ' | '
           + ' | '.join(f'evaluation R@{k}' for k in RECALLS) + ' |')
     print('|---|---:|' + '---:|' * 2 * len(RECALLS))
