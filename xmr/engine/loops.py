@@ -129,6 +129,21 @@ def _configured_phase(runner, index: int, cfg: dict, dataloader: DataLoader | di
     return phase, loader_name
 
 
+def _train_dataloader(runner, dataloader: DataLoader | dict | None,
+                      phases: Sequence[Phase]) -> DataLoader:
+    """The runner's train dataloader, built: the one given, else the first phase's own (which
+    only a run whose every phase has its own may lack)."""
+    if dataloader is None and any(p.dataloader is None for p in phases):
+        raise ValueError('a phase without its own dataloader needs train_dataloader')
+    if dataloader is None:
+        dataloader = phases[0].dataloader
+    if isinstance(dataloader, Mapping):
+        # With the run's seed on every rank, as the phases' own: MMEngine's build under
+        # diff_rank_seed gives the sampler a random seed, which a resumed run cannot repeat.
+        dataloader = runner.build_dataloader(pinned_on_gpu(dataloader), seed=shared_seed(runner))
+    return dataloader
+
+
 def _phase_header(phase: Phase, model: torch.nn.Module) -> str:
     """The log's lines at a phase's start: its span, rate, losses, trainable prefixes, and the
     model's trainable and total parameters per module group."""
@@ -436,16 +451,7 @@ class PhasedTrainLoop(BaseLoop):
         check_phase_names(self.phases)
         # What errors call each phase's data: its config key, or the phase's name for its own.
         self._loader_names = [name for _, name in configured]
-        if dataloader is None and any(p.dataloader is None for p in self.phases):
-            raise ValueError('a phase without its own dataloader needs train_dataloader')
-        if dataloader is None:
-            dataloader = self.phases[0].dataloader
-        if isinstance(dataloader, Mapping):
-            # With the run's seed on every rank, as the phases' own: MMEngine's build under
-            # diff_rank_seed gives the sampler a random seed, which a resumed run cannot repeat.
-            dataloader = runner.build_dataloader(pinned_on_gpu(dataloader),
-                                                 seed=shared_seed(runner))
-        super().__init__(runner, dataloader)
+        super().__init__(runner, _train_dataloader(runner, dataloader, self.phases))
         shared = next((index for index, phase in enumerate(self.phases)
                        if phase.dataloader is None), None)
         if shared is not None:
@@ -457,20 +463,11 @@ class PhasedTrainLoop(BaseLoop):
         # to check languages) and kept until the phase uses them.
         self._built_dataloaders: dict[int, DataLoader] = {}
         self.divergence = DivergenceMonitor(nonfinite_patience)
-        start = 0
-        for index, phase in enumerate(self.phases):
-            if phase.epochs is not None:
-                self._resolve_epochs(index, phase)
-            phase.start = start
-            start = phase.end
+        self._max_iters = self._lay_out_phases()
         self.val_interval = self._in_iterations('train_cfg.val_interval', val_interval)
-        for hook in runner.hooks:
-            if is_epochs(getattr(hook, 'interval', None)):
-                hook.interval = self._in_iterations(f'{type(hook).__name__}.interval',
-                                                    hook.interval)
+        self._hook_intervals_in_iterations()
         self.validate_at_phase_end = validate_at_phase_end
         self.allow_eval_overlap = allow_eval_overlap
-        self._max_iters = start
         self._iter = 0
         self._epoch = 0
         self.current_phase: Phase | None = None
@@ -506,6 +503,28 @@ class PhasedTrainLoop(BaseLoop):
     def model(self) -> torch.nn.Module:
         model = self.runner.model
         return unwrap_model(model)
+
+    def _lay_out_phases(self) -> int:
+        """Place the phases end to end on the global iteration counter, the length of one in
+        epochs resolved first (:meth:`_resolve_epochs`).
+
+        Returns:
+            The iterations of all the phases.
+        """
+        start = 0
+        for index, phase in enumerate(self.phases):
+            if phase.epochs is not None:
+                self._resolve_epochs(index, phase)
+            phase.start = start
+            start = phase.end
+        return start
+
+    def _hook_intervals_in_iterations(self) -> None:
+        """A hook's ``interval`` given in epochs, in iterations (:meth:`_in_iterations`)."""
+        for hook in self.runner.hooks:
+            if is_epochs(getattr(hook, 'interval', None)):
+                hook.interval = self._in_iterations(f'{type(hook).__name__}.interval',
+                                                    hook.interval)
 
     def _resolve_epochs(self, index: int, phase: Phase) -> None:
         """Sets ``phase.iters`` to ``epochs x len(dataloader)``.
