@@ -605,18 +605,34 @@ class PhasedTrainLoop(BaseLoop):
         held out of the phases' data (``check_held_out``); the metric each ``start_from_best``
         names is one the validation will report.
         """
-        hub = self.runner.message_hub
-        # A checkpoint of an earlier xmr names its last validation 'validated_iter', a 'val...'
-        # info that MMEngine would print with every validation.
-        legacy = hub.runtime_info.pop('validated_iter', None)
-        if legacy is not None:
-            hub.runtime_info.setdefault('last_validation_iter', legacy)
+        self._rename_legacy_validation_info()
         self._check_resumed_schedule()
         self._check_resumed_optimiser_settings()
         self._check_patience()
         self.phase_best.check_validated(self.runner.val_loop is not None, self.val_interval,
                                         self.validate_at_phase_end)
         self._check_optimizer_groups()
+        phase_datasets = self._datasets_to_train()
+        datasets = {**phase_datasets, **self._checked_val_datasets(phase_datasets)}
+        check_data_languages(self.model, datasets)
+        self._warn_of_unfed_languages(phase_datasets)
+        check_media_sizes(unwrap_model(self.model), datasets)
+        check_media_exist(datasets.values())
+
+    def _rename_legacy_validation_info(self) -> None:
+        """A checkpoint of an earlier xmr names its last validation 'validated_iter', a 'val...'
+        info that MMEngine would print with every validation: keep it as
+        'last_validation_iter'."""
+        hub = self.runner.message_hub
+        legacy = hub.runtime_info.pop('validated_iter', None)
+        if legacy is not None:
+            hub.runtime_info.setdefault('last_validation_iter', legacy)
+
+    def _datasets_to_train(self) -> dict[str, Any]:
+        """The datasets of the phases still to run, named for errors, each phase's dataloader
+        checked on the way: it has a batch, a phase resumed in its middle reads the batches
+        its checkpoint was trained on (:meth:`_check_resumed_batches`), and a padded pass is
+        told once per dataloader (:meth:`_warn_of_padding`)."""
         datasets, padding_checked = {}, []
         for index, phase in enumerate(self.phases):
             if self._iter >= phase.end:
@@ -631,26 +647,36 @@ class PhasedTrainLoop(BaseLoop):
                 padding_checked.append(dataloader)
             datasets[f'phase {phase.name} dataset ({self._loader_names[index]})'] = \
                 dataloader.dataset
-        phase_datasets = dict(datasets)
+        return datasets
+
+    def _checked_val_datasets(self, phase_datasets: Mapping[str, Any]) -> dict[str, Any]:
+        """The validation's datasets, named for errors (none without a validation), checked
+        against the training: held out of ``phase_datasets`` unless ``allow_eval_overlap``,
+        scored by protocols the backbone can embed, galleries of their protocols' sizes, and
+        every ``start_from_best`` a metric they report."""
         val_loop = self.runner.val_loop
-        if val_loop is not None:
-            val_datasets = {f'val dataset {i} ({type(loader.dataset).__name__})': loader.dataset
-                            for i, (loader, _) in enumerate(scored_loaders(val_loop))}
-            if not self.allow_eval_overlap:
-                check_held_out(
-                    {where: source_dataset(data) for where, data in phase_datasets.items()},
-                    {where: source_dataset(data) for where, data in val_datasets.items()})
-            datasets.update(val_datasets)
-            self._check_val_protocols(val_loop)
-            check_gallery_sizes(val_loop)
-            expected = expected_metric_keys(val_loop)
-            if expected is not None:
-                check_metric_names([(f'train_cfg.phases.{index}.start_from_best',
-                                     phase.start_from_best)
-                                    for index, phase in enumerate(self.phases)
-                                    if phase.start_from_best is not None], expected,
-                                   expected=True)
-        check_data_languages(self.model, datasets)
+        if val_loop is None:
+            return {}
+        val_datasets = {f'val dataset {i} ({type(loader.dataset).__name__})': loader.dataset
+                        for i, (loader, _) in enumerate(scored_loaders(val_loop))}
+        if not self.allow_eval_overlap:
+            check_held_out(
+                {where: source_dataset(data) for where, data in phase_datasets.items()},
+                {where: source_dataset(data) for where, data in val_datasets.items()})
+        self._check_val_protocols(val_loop)
+        check_gallery_sizes(val_loop)
+        expected = expected_metric_keys(val_loop)
+        if expected is not None:
+            check_metric_names([(f'train_cfg.phases.{index}.start_from_best',
+                                 phase.start_from_best)
+                                for index, phase in enumerate(self.phases)
+                                if phase.start_from_best is not None], expected,
+                               expected=True)
+        return val_datasets
+
+    def _warn_of_unfed_languages(self, phase_datasets: Mapping[str, Any]) -> None:
+        """Warn, as a run starts, of the model's language modules that no phase's data
+        trains (:func:`unfed_languages`)."""
         unfed = unfed_languages(unwrap_model(self.model), phase_datasets)
         if unfed and self._iter == 0:
             self.runner.logger.warning(
@@ -658,8 +684,6 @@ class PhasedTrainLoop(BaseLoop):
                 f"({', '.join(phase_datasets)}): no step trains them; give the phases' datasets "
                 'those languages (target_langs), or drop them from the model '
                 '(model.language_branch.languages)')
-        check_media_sizes(unwrap_model(self.model), datasets)
-        check_media_exist(datasets.values())
 
     def _check_val_protocols(self, val_loop) -> None:
         """A text-only backbone is validated by text-to-text retrieval: a metric whose protocol
