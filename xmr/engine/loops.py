@@ -1104,46 +1104,56 @@ class PhasedTrainLoop(BaseLoop):
                 if self._iter == phase.end and not self.stop_training:
                     self._validate_phase_end(phase, resumed=True)
                 continue
-            fresh = self._iter == phase.start
-            if fresh:
-                # Resumed where the phase begins: the uninterrupted run set it up with the
-                # checkpoint's streams.
-                self._restore_pending_rng_state()
-                if self._stopped_at_phase_boundary():
-                    continue
-            iterator = self._enter_phase(index, fresh)
-            if not fresh:
-                self._warn_if_optimiser_restarts(phase)
-                self._warn_if_window_lost(phase)
-            # Resumed in its middle: after the phase's set-up, whose draws the uninterrupted run
-            # made before the checkpoint.
-            self._restore_pending_rng_state()
-            if fresh and self._stopped_at_phase_boundary():
-                continue
-            if fresh and phase.validate_at_start:
-                self.validate()
-            elif (not fresh and self.val_interval and self._iter % self.val_interval == 0
-                  and self._validation_missed()):
-                self.validate()
-            restart_iteration_timers(self.runner)
-            while self._iter < phase.end and not self.stop_training:
-                self._set_lr(phase)
-                self._trained_modules = ensure_train_mode(
-                    self.runner.model, self._trained_modules, self._frozen_norms)
-                self.run_iter(next(iterator))
-                at_end = self._iter == phase.end
-                # A stopped run (SIGTERM: PreemptionHook) validates nothing: its checkpoint is
-                # written, the scheduler's kill is near, and a resumed run validates there.
-                if (self.val_interval and self._iter % self.val_interval == 0
-                        and not (at_end and self.validate_at_phase_end)
-                        and not self.divergence.streak and not self.stop_training):
-                    self.validate()
-            if self._iter == phase.end and not self.stop_training:
-                self.divergence.check_phase_end(phase.name)
-                self._validate_phase_end(phase)
+            self._run_phase(index, phase)
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         return self.runner.model
+
+    def _run_phase(self, index: int, phase: Phase) -> None:
+        """Set up phase ``index`` (from its start, or resumed in its middle), train it to its
+        end or a stop, and validate it there."""
+        fresh = self._iter == phase.start
+        if fresh:
+            # Resumed where the phase begins: the uninterrupted run set it up with the
+            # checkpoint's streams.
+            self._restore_pending_rng_state()
+            if self._stopped_at_phase_boundary():
+                return
+        iterator = self._enter_phase(index, fresh)
+        if not fresh:
+            self._warn_if_optimiser_restarts(phase)
+            self._warn_if_window_lost(phase)
+        # Resumed in its middle: after the phase's set-up, whose draws the uninterrupted run
+        # made before the checkpoint.
+        self._restore_pending_rng_state()
+        if fresh and self._stopped_at_phase_boundary():
+            return
+        if fresh and phase.validate_at_start:
+            self.validate()
+        elif (not fresh and self.val_interval and self._iter % self.val_interval == 0
+              and self._validation_missed()):
+            self.validate()
+        restart_iteration_timers(self.runner)
+        self._train_phase(phase, iterator)
+        if self._iter == phase.end and not self.stop_training:
+            self.divergence.check_phase_end(phase.name)
+            self._validate_phase_end(phase)
+
+    def _train_phase(self, phase: Phase, iterator: Iterator) -> None:
+        """The iterations of ``phase`` from the current one to its end or a stop, each followed
+        by the validation ``val_interval`` asks for (the phase end's apart)."""
+        while self._iter < phase.end and not self.stop_training:
+            self._set_lr(phase)
+            self._trained_modules = ensure_train_mode(
+                self.runner.model, self._trained_modules, self._frozen_norms)
+            self.run_iter(next(iterator))
+            at_end = self._iter == phase.end
+            # A stopped run (SIGTERM: PreemptionHook) validates nothing: its checkpoint is
+            # written, the scheduler's kill is near, and a resumed run validates there.
+            if (self.val_interval and self._iter % self.val_interval == 0
+                    and not (at_end and self.validate_at_phase_end)
+                    and not self.divergence.streak and not self.stop_training):
+                self.validate()
 
     def _stopped_at_phase_boundary(self) -> bool:
         """Whether a hook stopped training where a phase follows another (``PreemptionHook``'s
