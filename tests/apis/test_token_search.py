@@ -14,11 +14,14 @@ import torch.nn.functional as F
 from tests.apis.conftest import random_images
 from tests.apis.test_dual_encoder import QUERIES, TINY, dual_encoder_cfg
 from xmr.apis import MediaIndex, encode_gallery, encode_text_tokens, encode_texts
+from xmr.apis.encoding_parts import EncodingParts
+from xmr.apis.inference import media_encoding
 from xmr.datasets.media_io import read_image
 from xmr.datasets.transforms import MediaTransform
 from xmr.evaluation.token_scoring import (
     TokenScoring,
     TokenSet,
+    TokenSetWriter,
     pairwise_token_scores,
     token_ranks,
 )
@@ -352,6 +355,34 @@ def test_a_float16_store_halves_the_tokens_and_scores_within_its_rounding(model,
         assert separated.any()  # some query checks the order
         assert torch.equal(rounded[separated].argsort(dim=1, descending=True),
                            exact[separated].argsort(dim=1, descending=True))
+
+
+@pytest.mark.parametrize('parts', [False, True])
+def test_a_float16_gallery_is_converted_as_it_is_encoded(model, image_files, tmp_path,
+                                                         monkeypatch, parts):
+    """Each media's tokens are converted as they come (into the gallery's one buffer, or from
+    the part encoded or read): no float32 copy of the gallery's tokens is ever held whole, the
+    peak of a float32 set converted at the end. The parts keep the model's float32."""
+    held = []
+    for kind, name in ((TokenSetWriter, 'finish'), (TokenSet, 'stack')):
+        original = getattr(kind, name)
+
+        def spy(*args, _original=original, **kwargs):
+            made = _original(*args, **kwargs)
+            held.append(made.tokens.dtype)
+            return made
+
+        monkeypatch.setattr(kind, name, spy)
+    options = dict(parts=tmp_path / 'parts', part_size=2) if parts else {}
+    half = MediaIndex.from_media(model, image_files, transform=TINY, batch_size=2,
+                                 token_dtype=torch.float16, **options)
+    assert held == [torch.float16]  # one set made, float16 from its first media on
+    full = MediaIndex.from_media(model, image_files, transform=TINY, batch_size=2)
+    assert torch.equal(half.tokens.tokens, full.tokens.tokens.half())
+    if parts:
+        assert {media.tokens.dtype for media in EncodingParts(
+            tmp_path / 'parts', media_encoding(model, TINY, 12, True)).read().values()} == {
+                torch.float32}
 
 
 def test_tokens_added_to_a_float16_gallery_are_stored_as_its_own(model, image_files, tmp_path):

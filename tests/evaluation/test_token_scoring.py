@@ -1,7 +1,5 @@
 """Retrieval ranked by a model's token score: exact in bounded blocks, and pooled-shortlist
 re-ranking, checked against a pair-by-pair reference."""
-import weakref
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +9,7 @@ from xmr.evaluation.protocols import LanguageGallery, evaluate_language
 from xmr.evaluation.token_scoring import (
     TokenScoring,
     TokenSet,
+    TokenSetWriter,
     _shortlist,
     pairwise_token_scores,
     token_ranks,
@@ -65,14 +64,32 @@ def test_token_set_pads_and_selects_without_extra_padding():
     assert first.tokens.shape == (1, 2, DIM) and bool(first.mask.all())
 
 
-def test_token_sets_concatenate_and_a_consumed_list_lets_each_sequence_go():
-    """A gallery's tokens were held twice as they were padded: in their list and in the set."""
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+def test_a_written_token_set_is_the_stacked_set_of_the_rows_kept(dtype):
+    """Written a row at a time into one buffer (a gallery's tokens held once), in any order,
+    a longer sequence after shorter ones widening it, the rows left unwritten dropped: the set
+    of the rows kept, stacked, in ``dtype``, holding no storage of the rows dropped."""
+    sequences = {0: torch.randn(2, DIM), 2: torch.randn(3, DIM), 3: torch.randn(6, DIM),
+                 5: torch.randn(1, DIM)}
+    writer = TokenSetWriter(6, dtype)
+    for row in (2, 0, 5, 3):  # the batches of one shape come together, out of input order
+        writer[row] = sequences[row]
+    written = writer.finish([0, 2, 3, 5])
+    expected = TokenSet.stack([sequences[row] for row in (0, 2, 3, 5)], DIM, dtype=dtype)
+    assert written.tokens.dtype == dtype
+    assert torch.equal(written.tokens, expected.tokens)
+    assert torch.equal(written.mask, expected.mask)
+    element = written.tokens.element_size()
+    assert written.tokens.untyped_storage().nbytes() == 4 * 6 * DIM * element
+    whole = TokenSetWriter(2, dtype)
+    whole[0], whole[1] = sequences[0], sequences[3]
+    assert torch.equal(whole.finish([0, 1]).tokens,
+                       TokenSet.stack([sequences[0], sequences[3]], DIM, dtype=dtype).tokens)
+
+
+def test_token_sets_concatenate():
     sequences = [torch.randn(2, DIM), torch.randn(5, DIM), torch.randn(3, DIM)]
     kept = TokenSet.stack(sequences, DIM)
-    watched = [weakref.ref(seq) for seq in sequences]
-    consumed = TokenSet.stack(sequences, DIM, consume=True)
-    assert sequences == [None, None, None] and [ref() for ref in watched] == [None] * 3
-    assert torch.equal(consumed.tokens, kept.tokens) and torch.equal(consumed.mask, kept.mask)
     joined = TokenSet.cat([kept.select(slice(0, 1)), kept.select(slice(1, 3))])
     assert joined.tokens.shape == (3, 5, DIM)
     assert torch.equal(joined.tokens, kept.tokens) and torch.equal(joined.mask, kept.mask)

@@ -47,7 +47,7 @@ from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
 from xmr.engine.hooks.checkpoint import refuse_other_facts
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.engine.wrappers import unwrap_model
-from xmr.evaluation.token_scoring import TokenSet
+from xmr.evaluation.token_scoring import TokenSet, TokenSetWriter
 from xmr.models.backbones.base import VisionLanguageBackbone
 from xmr.models.language.carried_vocabulary import read_vocabulary_from
 from xmr.models.language.language_modules import module_file_problem
@@ -519,9 +519,13 @@ class EncodedGallery:
 def encode_gallery(model: BaseRetriever, media: MediaInput | Sequence[MediaInput],
                    transform: Mapping[str, Any] | None = None, num_frames: int = 12,
                    batch_size: int = 32, on_corrupt: str = 'skip', progress: bool = False,
-                   num_workers: int = 0, tokens: bool = False) -> EncodedGallery:
+                   num_workers: int = 0, tokens: bool = False,
+                   token_dtype: torch.dtype = torch.float32) -> EncodedGallery:
     """:func:`encode_readable_media`, and with ``tokens`` each media's retrieval tokens, for
-    a model that scores pairs from them (its ``token_score()``).
+    a model that scores pairs from them (its ``token_score()``), in ``token_dtype``: each
+    media's written, converted, into the gallery's padded set as it is encoded
+    (:class:`~xmr.evaluation.token_scoring.TokenSetWriter`), so that the tokens are held once,
+    a float16 gallery's never in float32.
 
     Raises:
         ValueError: ``tokens`` for a model that scores by embeddings alone.
@@ -532,16 +536,17 @@ def encode_gallery(model: BaseRetriever, media: MediaInput | Sequence[MediaInput
     _check_token_scoring(model, tokens)
     bar = ProgressBar(len(media), file=sys.stderr) if progress else None
     pairs = list(enumerate(media))
-    read_tokens: dict[int, Tensor] | None = {} if tokens else None
+    read_tokens = TokenSetWriter(len(media), token_dtype) if tokens else None
     with _evaluating(model), _DecodedMedia(pairs, resize, num_frames).decoded(
             num_workers) as decoded:
         embeddings, skipped = _encode_readable(model, pairs, decoded, batch_size, on_corrupt,
                                                bar, read_tokens)
     if bar is not None:
         sys.stderr.write('\n')
-    return EncodedGallery(_some_read(embeddings, skipped),
-                          _token_set([read_tokens.pop(row) for row in sorted(read_tokens)])
-                          if read_tokens is not None else None, skipped)
+    embeddings = _some_read(embeddings, skipped)
+    unread = {marker.index for marker in skipped}
+    return EncodedGallery(embeddings, None if read_tokens is None else read_tokens.finish(
+        [row for row in range(len(media)) if row not in unread]), skipped)
 
 
 @torch.no_grad()
@@ -581,10 +586,13 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
                             part_size: int = 256, transform: Mapping[str, Any] | None = None,
                             num_frames: int = 12, batch_size: int = 32,
                             on_corrupt: str = 'skip', progress: bool = False,
-                            num_workers: int = 0, tokens: bool = False) -> EncodedGallery:
+                            num_workers: int = 0, tokens: bool = False,
+                            token_dtype: torch.dtype = torch.float32) -> EncodedGallery:
     """:func:`encode_media_in_parts`, and with ``tokens`` each media's retrieval tokens, saved
     in the parts beside its embedding (:func:`encode_gallery`); parts saved without them are
-    refused as encoded otherwise."""
+    refused as encoded otherwise. The parts keep the model's float32 tokens, whatever
+    ``token_dtype`` a run returns them in (each part's converted as it is encoded or read):
+    a build resumed under another dtype returns what an uninterrupted one does."""
     media = media_list(media)
     resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
                            num_workers)
@@ -600,7 +608,7 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
         raise ValueError(f'media_ids[{other}] is a {type(media_ids[other]).__name__} '
                          f'({media_ids[other]!r}): the parts keep ids as str; give str ids')
     folder = EncodingParts(parts, media_encoding(model, transform, num_frames, tokens))
-    saved = folder.read()
+    saved = {media_id: _stored_as(row, token_dtype) for media_id, row in folder.read().items()}
     todo = [position for position, media_id in enumerate(media_ids) if media_id not in saved]
     if len(todo) < len(media):
         print_log(f'{parts}: {len(media) - len(todo)} of the {len(media)} media were encoded '
@@ -624,19 +632,17 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
                 sequences = (None if part_tokens is None
                              else [part_tokens[row] for row in sorted(part_tokens)])
                 folder.write(read_ids, embeddings, sequences)
-                saved.update(zip(read_ids, map(SavedMedia, embeddings,
-                                               sequences or [None] * len(read_ids))))
+                saved.update((media_id, _stored_as(row, token_dtype)) for media_id, row in zip(
+                    read_ids, map(SavedMedia, embeddings, sequences or [None] * len(read_ids))))
     if bar is not None:
         sys.stderr.write('\n')
     unread = {marker.index for marker in skipped}
-    # Taken out of `saved`, so that the token list below holds each media's tokens alone.
-    rows = [saved.pop(media_id) for position, media_id in enumerate(media_ids)
+    rows = [saved[media_id] for position, media_id in enumerate(media_ids)
             if position not in unread]
     embeddings = _some_read(torch.stack([row.embedding for row in rows]) if rows else None,
                             skipped)
-    sequences = [row.tokens for row in rows] if tokens else None
-    del rows  # its tuples held the tokens too
-    return EncodedGallery(embeddings, _token_set(sequences) if tokens else None, skipped)
+    return EncodedGallery(embeddings, _token_set([row.tokens for row in rows], token_dtype)
+                          if tokens else None, skipped)
 
 
 def media_encoding(model: BaseRetriever, transform: Mapping[str, Any] | None,
@@ -665,10 +671,15 @@ def _check_token_scoring(model: BaseRetriever, tokens: bool) -> None:
                          "them with retrieval_score='patch_word')")
 
 
-def _token_set(sequences: list[Tensor]) -> TokenSet:
-    """The ``[L_n, D]`` token sequences of a gallery's media as one padded set, the list
-    emptied as they are copied (:meth:`TokenSet.stack`'s ``consume``)."""
-    return TokenSet.stack(sequences, sequences[0].shape[-1], consume=True)
+def _token_set(sequences: list[Tensor], dtype: torch.dtype = torch.float32) -> TokenSet:
+    """The ``[L_n, D]`` token sequences of captions or of a gallery's media as one padded set
+    of ``dtype``."""
+    return TokenSet.stack(sequences, sequences[0].shape[-1], dtype=dtype)
+
+
+def _stored_as(row: SavedMedia, dtype: torch.dtype) -> SavedMedia:
+    """A part's media with its tokens (if any) in ``dtype``."""
+    return row if row.tokens is None else row._replace(tokens=row.tokens.to(dtype))
 
 
 def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],
@@ -702,7 +713,7 @@ def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],
 def _encode_readable(model: BaseRetriever, media: Sequence[tuple[int, MediaInput]],
                      decoded: Iterable[Tensor | tuple[str, str]], batch_size: int,
                      on_corrupt: str, bar: ProgressBar | None,
-                     tokens: dict[int, Tensor] | None = None
+                     tokens: dict[int, Tensor] | TokenSetWriter | None = None
                      ) -> tuple[Tensor | None, list[SkippedMedia]]:
     """Embed ``(position, media)`` pairs, the position naming a media in messages, a batch at a
     time as they are ``decoded`` (:meth:`_DecodedMedia.decoded`, in the same order), images
@@ -822,7 +833,7 @@ def _check_batch_size(batch_size: Any) -> None:
 
 def _encode_batch(model: BaseRetriever, batch: Sequence[tuple[int, Tensor]],
                   embeddings: Tensor | None, total: int,
-                  tokens: dict[int, Tensor] | None = None) -> Tensor:
+                  tokens: dict[int, Tensor] | TokenSetWriter | None = None) -> Tensor:
     """Embed one batch of decoded media into its rows of ``embeddings`` (and their retrieval
     tokens into ``tokens``, by row, when given).
 

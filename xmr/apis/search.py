@@ -166,8 +166,8 @@ class MediaIndex:
                 ranked by the pooled cosine.
             token_dtype: what the tokens are stored in, ``torch.float32`` or ``torch.float16``
                 (half the bytes; the class's ``token_dtype``). The model's float32 tokens are
-                converted once encoded (the parts keep them as encoded): building holds the
-                gallery's float32 tokens, and their float16 copy as it is made.
+                written, converted, into the gallery's set as they are encoded (the parts
+                keep them as encoded): building holds the tokens once, in this dtype.
             **search_options: :class:`FaissSearcher` options.
 
         Raises:
@@ -179,7 +179,7 @@ class MediaIndex:
         tokens = model.token_score() is not None if tokens is None else tokens
         encoded, read_ids = _encode(model, media, _media_ids(media, media_ids), transform,
                                     num_frames, batch_size, on_corrupt, progress, parts,
-                                    part_size, num_workers, tokens)
+                                    part_size, num_workers, tokens, token_dtype)
         gallery = cls(encoded.embeddings, read_ids, index=index, tokens=encoded.tokens,
                       token_dtype=token_dtype, **search_options)
         gallery.skipped = encoded.skipped
@@ -259,7 +259,8 @@ class MediaIndex:
         try:
             encoded, read_ids = _encode(model, media, new_ids, transform, num_frames, batch_size,
                                         on_corrupt, progress, parts, part_size, num_workers,
-                                        self.tokens is not None)
+                                        self.tokens is not None,
+                                        self.token_dtype or torch.float32)
         except NoMediaReadError as error:
             self.skipped = error.skipped
             return
@@ -669,16 +670,17 @@ def _shown(item: MediaInput) -> str:
 def _encode(model: BaseRetriever, media: list[MediaInput], media_ids: list[str],
             transform: Mapping[str, Any] | None, num_frames: int, batch_size: int,
             on_corrupt: str, progress: bool, parts: str | os.PathLike | None, part_size: int,
-            num_workers: int, tokens: bool) -> tuple[EncodedGallery, list[str]]:
+            num_workers: int, tokens: bool,
+            token_dtype: torch.dtype) -> tuple[EncodedGallery, list[str]]:
     """The media read encoded, and their ids (:meth:`MediaIndex.from_media`'s arguments, the
     ids made: :func:`_media_ids`)."""
     if parts is None:
         encoded = encode_gallery(model, media, transform, num_frames, batch_size, on_corrupt,
-                                 progress, num_workers, tokens)
+                                 progress, num_workers, tokens, token_dtype)
     else:
         encoded = encode_gallery_in_parts(model, media, media_ids, parts, part_size, transform,
                                           num_frames, batch_size, on_corrupt, progress,
-                                          num_workers, tokens)
+                                          num_workers, tokens, token_dtype)
     left_out = {marker.index for marker in encoded.skipped}
     return encoded, [media_id for position, media_id in enumerate(media_ids)
                      if position not in left_out]

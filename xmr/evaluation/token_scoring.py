@@ -27,8 +27,8 @@ from torch import Tensor
 from xmr.evaluation.ranking import ranks_from_topk, ties_against_query
 from xmr.evaluation.search import blockwise_ranks, default_chunk_size
 
-__all__ = ['TokenScore', 'TokenSet', 'TokenScoring', 'TOKEN_SCORING_MODES', 'TOKEN_PAIR_BUDGET',
-           'pairwise_token_scores', 'token_ranks']
+__all__ = ['TokenScore', 'TokenSet', 'TokenSetWriter', 'TokenScoring', 'TOKEN_SCORING_MODES',
+           'TOKEN_PAIR_BUDGET', 'pairwise_token_scores', 'token_ranks']
 
 #: ``score(image_tokens [B_i, P, D], image_mask [B_i, P], text_tokens [B_t, W, D],
 #: text_mask [B_t, W]) -> [B_i, B_t]``, higher = more similar.
@@ -46,20 +46,15 @@ class TokenSet:
     mask: Tensor
 
     @classmethod
-    def stack(cls, sequences: Sequence[Tensor], width: int, consume: bool = False,
+    def stack(cls, sequences: Sequence[Tensor], width: int,
               dtype: torch.dtype = torch.float32) -> TokenSet:
-        """Pad ``[L_n, D]`` sequences (real tokens only) into one set of ``dtype``; with
-        ``consume``, each entry of the list ``sequences`` is set to ``None`` once copied, so
-        that a gallery's tokens that only the list holds are held once, not twice, as they are
-        padded."""
+        """Pad ``[L_n, D]`` sequences (real tokens only) into one set of ``dtype``."""
         length = max((seq.shape[0] for seq in sequences), default=1)
         tokens = torch.zeros(len(sequences), length, width, dtype=dtype)
         mask = torch.zeros(len(sequences), length, dtype=torch.bool)
         for row, seq in enumerate(sequences):
             tokens[row, :seq.shape[0]] = seq
             mask[row, :seq.shape[0]] = True
-            if consume:
-                sequences[row] = None
         return cls(tokens, mask)
 
     @classmethod
@@ -83,6 +78,43 @@ class TokenSet:
         mask = self.mask[rows]
         length = max(1, int(mask.sum(1).max())) if mask.shape[0] else 1
         return TokenSet(self.tokens[rows][:, :length], mask[:, :length])
+
+
+class TokenSetWriter:
+    """A :class:`TokenSet` of ``rows`` sequences written one at a time into one padded buffer
+    of ``dtype``, each converted as it is written: a gallery's tokens are held once. Sequences
+    listed and stacked at the end were held twice at the peak (and freed, the list's memory
+    stayed the process's). The buffer grows to a longer sequence where one comes (a video
+    among images).
+    """
+
+    def __init__(self, rows: int, dtype: torch.dtype = torch.float32) -> None:
+        self.rows, self.dtype = rows, dtype
+        self.tokens: Tensor | None = None
+        self.lengths = torch.zeros(rows, dtype=torch.long)
+
+    def __setitem__(self, row: int, sequence: Tensor) -> None:
+        """Write the ``[L, D]`` real tokens of ``row``."""
+        length = sequence.shape[0]
+        if self.tokens is None:
+            self.tokens = torch.zeros(self.rows, length, sequence.shape[1], dtype=self.dtype)
+        elif length > self.tokens.shape[1]:
+            self.tokens = F.pad(self.tokens, (0, 0, 0, length - self.tokens.shape[1]))
+        self.tokens[row, :length] = sequence
+        self.lengths[row] = length
+
+    def finish(self, rows: Sequence[int]) -> TokenSet:
+        """The set of the ``rows`` written (ascending), moved up in place over those left
+        unwritten (media that could not be read), then cut to them: copied where some were
+        left out, so that the set saved holds no row of theirs (a view is saved with its
+        whole storage)."""
+        for new, old in enumerate(rows):
+            if new != old:
+                self.tokens[new] = self.tokens[old]
+        tokens = self.tokens[:len(rows)]
+        lengths = self.lengths[list(rows)]
+        mask = torch.arange(tokens.shape[1])[None] < lengths[:, None]
+        return TokenSet(tokens if len(rows) == self.rows else tokens.clone(), mask)
 
 
 @dataclass(frozen=True)
