@@ -196,7 +196,14 @@ def check_phase_values(phase: Phase) -> None:
     Raises:
         ValueError: naming the phase, the key and the value at fault.
     """
-    name = phase.name
+    _check_phase_name(phase.name)
+    _check_schedule(phase)
+    _check_trained_parts(phase)
+    _check_phase_setup(phase)
+
+
+def _check_phase_name(name: Any) -> None:
+    """A non-empty name that names no folder: the run's files of the phase are named by it."""
     if not isinstance(name, str) or not name:
         raise ValueError(f'phase name must be a non-empty string, got {name!r}')
     if any(separator in name for separator in ('/', '\\')) or name in ('.', '..'):
@@ -206,6 +213,12 @@ def check_phase_values(phase: Phase) -> None:
                          '(phase_best/<name>_iter_N.pth, feature_cache/<name> for a dataloader '
                          "written in the phase): give one without '/' or '\\', not '.' or "
                          "'..', e.g. 'cross_lingual_de'")
+
+
+def _check_schedule(phase: Phase) -> None:
+    """The learning-rate curve of the phase: its peak ``lr``, its length in ``iters`` or
+    ``epochs``, its warm-up and floor ratios and its ``schedule``."""
+    name = phase.name
     if not is_finite_number(phase.lr) or phase.lr <= 0:
         raise ValueError(f'phase {name}: lr={phase.lr!r} must be a positive number, e.g. 1e-4')
     if (phase.iters is None) == (phase.epochs is None):
@@ -224,7 +237,12 @@ def check_phase_values(phase: Phase) -> None:
     if phase.schedule not in SCHEDULES:
         raise ValueError(f'phase {name}: unknown schedule {phase.schedule!r}; choose from '
                          f'{SCHEDULES}')
-    trainable = phase.trainable
+
+
+def _check_trained_parts(phase: Phase) -> None:
+    """What the phase trains: its ``trainable`` prefixes, the ``loss_weights`` of which one at
+    least is positive, and the ``lr_mult`` of its parameter groups."""
+    name, trainable = phase.name, phase.trainable
     if (isinstance(trainable, str) or not isinstance(trainable, Sequence) or not trainable
             or not all(isinstance(p, str) and p for p in trainable)):
         raise ValueError(f'phase {name}: trainable={trainable!r} must be a non-empty list of '
@@ -234,6 +252,12 @@ def check_phase_values(phase: Phase) -> None:
         raise ValueError(f'phase {name}: loss_weights={phase.loss_weights!r} gives no loss a '
                          'positive weight; the phase would train nothing')
     _check_weights(name, 'lr_mult', phase.lr_mult)
+
+
+def _check_phase_setup(phase: Phase) -> None:
+    """How the phase starts and reads its data: ``validate_at_start``, ``cache_features``,
+    ``start_from_best`` and ``dataloader``."""
+    name = phase.name
     if not isinstance(phase.validate_at_start, bool):
         raise ValueError(f'phase {name}: validate_at_start={phase.validate_at_start!r} must be '
                          'True or False')
