@@ -137,49 +137,31 @@ def test_a_truncated_checkpoint_is_refused_before_the_model_is_built_naming_its_
                      capsys.readouterr().err)
 
 
+@pytest.mark.parametrize('lang, message', [
+    ('ko', "the model has no adapters for ['ko']; it reads ['en', 'de', 'fr']"),
+    ('EN', "'en' is the model's source language, read by its frozen tower with no module of "
+           "its own; give one of its target languages ['de', 'fr']")])
 @pytest.mark.parametrize('command', ['export', 'merge'])
-def test_a_language_the_config_lacks_is_refused_before_the_model_is_built(
-        tmp_path, monkeypatch, capsys, command):
-    """'--langs ko' or '--modules ko=...' on a de/fr model was refused only once the model
+def test_a_language_without_a_module_in_the_config_is_refused_before_the_model_is_built(
+        tmp_path, monkeypatch, capsys, command, lang, message):
+    """'--langs ko' or '--modules ko=...' on a de/fr model, or its source language 'en' (read
+    by the frozen tower, no module to export or merge into), was refused only once the model
     stood and the checkpoint had loaded (minutes for a paper's backbone), though the config
     names the model's languages."""
     config = tmp_path / 'tiny_lora.py'
     config.write_text(CONFIG)
     torch.save(dict(state_dict={'w': torch.zeros(4)}), tmp_path / 'trained.pth')
     _refuse_building(monkeypatch)
-    given = {'export': [str(tmp_path / 'trained.pth'), '--langs', 'de', 'ko', '--out-dir',
+    given = {'export': [str(tmp_path / 'trained.pth'), '--langs', 'de', lang, '--out-dir',
                         str(tmp_path / 'modules')],
-             'merge': ['--modules', f'ko={tmp_path / "trained.pth"}', '--out',
+             'merge': ['--modules', f'{lang}={tmp_path / "trained.pth"}', '--out',
                        str(tmp_path / 'x.pth')]}[command]
     flag = {'export': '--langs', 'merge': '--modules'}[command]
     with pytest.raises(SystemExit, match='2'):
         _run([command, str(config), *given], monkeypatch)
     assert capsys.readouterr().err == (
-        f"error: {flag}: the model has no adapters for ['ko']; it reads ['en', 'de', 'fr'] "
-        "(the config's source_language and model.language_branch.languages)\n")
-    assert not (tmp_path / 'modules').exists() and not (tmp_path / 'x.pth').exists()
-
-
-@pytest.mark.parametrize('command', ['export', 'merge'])
-def test_the_source_language_is_refused_before_the_model_is_built(tmp_path, monkeypatch,
-                                                                  capsys, command):
-    """The source language is read by the frozen tower and has no module to export or merge
-    into: '--langs en' was refused only once the model stood."""
-    config = tmp_path / 'tiny_lora.py'
-    config.write_text(CONFIG)
-    torch.save(dict(state_dict={'w': torch.zeros(4)}), tmp_path / 'trained.pth')
-    _refuse_building(monkeypatch)
-    given = {'export': [str(tmp_path / 'trained.pth'), '--langs', 'de', 'EN', '--out-dir',
-                        str(tmp_path / 'modules')],
-             'merge': ['--modules', f'en={tmp_path / "trained.pth"}', '--out',
-                       str(tmp_path / 'x.pth')]}[command]
-    flag = {'export': '--langs', 'merge': '--modules'}[command]
-    with pytest.raises(SystemExit, match='2'):
-        _run([command, str(config), *given], monkeypatch)
-    assert capsys.readouterr().err == (
-        f"error: {flag}: 'en' is the model's source language, read by its frozen tower with no "
-        "module of its own; give one of its target languages ['de', 'fr'] (the config's "
-        'source_language and model.language_branch.languages)\n')
+        f"error: {flag}: {message} (the config's source_language and "
+        'model.language_branch.languages)\n')
     assert not (tmp_path / 'modules').exists() and not (tmp_path / 'x.pth').exists()
 
 
