@@ -19,6 +19,7 @@ from xmr.models.adapters.base import (
 from xmr.models.adapters.grouped import GroupedAdapter
 from xmr.registry import ADAPTERS
 from xmr.utils.cli import UserKeyError
+from xmr.utils.listing import repeated
 
 
 def _key(block_index: int, site: AdapterSite) -> str:
@@ -63,7 +64,7 @@ def check_blocks(adapter_type: str, blocks: Sequence[int] | None,
                              f'placed at block {index!r}, but the branch runs {num_blocks} '
                              f'blocks, numbered 0..{num_blocks - 1} (the last is '
                              f'{num_blocks - 1}, not -1)')
-    twice = sorted({index for index in blocks if blocks.count(index) > 1})
+    twice = repeated(blocks)
     if twice:
         raise ValueError(f'{ADAPTERS_KEY} ({adapter_type}): blocks lists {twice} more than '
                          'once; one site of a block holds one adapter')
