@@ -228,6 +228,12 @@ def test_tokens_are_kept_in_the_parts_and_parts_without_them_are_refused(model, 
     whole = MediaIndex.from_media(model, image_files, transform=TINY)
     assert torch.equal(again.tokens.tokens[:3], first.tokens.tokens)
     torch.testing.assert_close(again.tokens.tokens, whole.tokens.tokens, rtol=0, atol=1e-6)
+    # Parts holding more media than asked for (an earlier, larger gallery's) give the tokens
+    # of those asked for alone, in their order.
+    fewer = MediaIndex.from_media(model, image_files[3:1:-1], transform=TINY,
+                                  parts=tmp_path / 'parts', part_size=2)
+    assert fewer.media_ids == whole.media_ids[3:1:-1]
+    assert torch.equal(fewer.tokens.tokens, again.tokens.tokens[[3, 2]])
     MediaIndex.from_media(model, image_files, transform=TINY, parts=tmp_path / 'pooled',
                           tokens=False)
     with pytest.raises(ValueError, match=re.escape(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -55,8 +55,10 @@ class EncodingParts:
             return []
         return sorted(path for path in self.folder.iterdir() if _PART_NAME.match(path.name))
 
-    def read(self) -> dict[str, SavedMedia]:
-        """The encodings saved so far, by media id.
+    def parts(self) -> Iterator[tuple[list[str], Tensor, list[Tensor] | None]]:
+        """Each part saved so far, in the order written, read when its turn comes (one part
+        held at a time): its media ids, their ``[N, E]`` embeddings and, for an encoding that
+        keeps them, their ``[L_n, D]`` retrieval tokens (else ``None``).
 
         Raises:
             ValueError: a file that is no part, or a part encoded otherwise (naming the value
@@ -67,7 +69,6 @@ class EncodingParts:
             raise ValueError(f'{self.folder}: is a file, not a folder of encoding parts: give '
                              'the parts another path')
         remove_stale_temporaries(self.folder)
-        rows: dict[str, SavedMedia] = {}
         for path in self.files():
             part = read_checkpoint(path, 'encoding part', fix='remove it: its media are '
                                    'encoded again')
@@ -75,8 +76,18 @@ class EncodingParts:
                 raise ValueError(f'{path}: is not a part of a media encoding (no format '
                                  f'{PART_FORMAT!r}): move it out of {self.folder}')
             self._check_encoded_by(path, part['encoded_by'])
-            tokens = part.get('tokens') or [None] * len(part['media_ids'])
-            rows.update(zip(part['media_ids'], map(SavedMedia, part['embeddings'], tokens)))
+            yield part['media_ids'], part['embeddings'], part.get('tokens')
+
+    def read(self) -> dict[str, SavedMedia]:
+        """The encodings saved so far, by media id (:meth:`parts`, all held at once).
+
+        Raises:
+            As :meth:`parts`.
+        """
+        rows: dict[str, SavedMedia] = {}
+        for media_ids, embeddings, tokens in self.parts():
+            rows.update(zip(media_ids, map(SavedMedia, embeddings,
+                                           tokens or [None] * len(media_ids))))
         return rows
 
     def write(self, media_ids: Sequence[str], embeddings: Tensor,

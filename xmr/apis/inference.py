@@ -29,7 +29,7 @@ from mmengine.utils import ProgressBar
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from xmr.apis.encoding_parts import EncodingParts, SavedMedia
+from xmr.apis.encoding_parts import EncodingParts
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
@@ -591,8 +591,9 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
     """:func:`encode_media_in_parts`, and with ``tokens`` each media's retrieval tokens, saved
     in the parts beside its embedding (:func:`encode_gallery`); parts saved without them are
     refused as encoded otherwise. The parts keep the model's float32 tokens, whatever
-    ``token_dtype`` a run returns them in (each part's converted as it is encoded or read):
-    a build resumed under another dtype returns what an uninterrupted one does."""
+    ``token_dtype`` a run returns them in, and are read back a part at a time into the
+    gallery's set, so that its tokens are held once (and a float16 gallery's never in
+    float32): a build resumed under another dtype returns what an uninterrupted one does."""
     media = media_list(media)
     resize = _media_resize(model, media, transform, num_frames, batch_size, on_corrupt,
                            num_workers)
@@ -608,7 +609,9 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
         raise ValueError(f'media_ids[{other}] is a {type(media_ids[other]).__name__} '
                          f'({media_ids[other]!r}): the parts keep ids as str; give str ids')
     folder = EncodingParts(parts, media_encoding(model, transform, num_frames, tokens))
-    saved = {media_id: _stored_as(row, token_dtype) for media_id, row in folder.read().items()}
+    # Embeddings alone: the tokens are read back from the parts at the end, into one set.
+    saved = {media_id: embedding for ids, embeddings, _ in folder.parts()
+             for media_id, embedding in zip(ids, embeddings)}
     todo = [position for position, media_id in enumerate(media_ids) if media_id not in saved]
     if len(todo) < len(media):
         print_log(f'{parts}: {len(media) - len(todo)} of the {len(media)} media were encoded '
@@ -632,17 +635,15 @@ def encode_gallery_in_parts(model: BaseRetriever, media: Sequence[MediaInput],
                 sequences = (None if part_tokens is None
                              else [part_tokens[row] for row in sorted(part_tokens)])
                 folder.write(read_ids, embeddings, sequences)
-                saved.update((media_id, _stored_as(row, token_dtype)) for media_id, row in zip(
-                    read_ids, map(SavedMedia, embeddings, sequences or [None] * len(read_ids))))
+                saved.update(zip(read_ids, embeddings))
     if bar is not None:
         sys.stderr.write('\n')
     unread = {marker.index for marker in skipped}
-    rows = [saved[media_id] for position, media_id in enumerate(media_ids)
-            if position not in unread]
-    embeddings = _some_read(torch.stack([row.embedding for row in rows]) if rows else None,
-                            skipped)
-    return EncodedGallery(embeddings, _token_set([row.tokens for row in rows], token_dtype)
-                          if tokens else None, skipped)
+    kept = [media_id for position, media_id in enumerate(media_ids) if position not in unread]
+    embeddings = _some_read(torch.stack([saved[media_id] for media_id in kept]) if kept
+                            else None, skipped)
+    return EncodedGallery(embeddings, _tokens_from_parts(folder, kept, token_dtype) if tokens
+                          else None, skipped)
 
 
 def media_encoding(model: BaseRetriever, transform: Mapping[str, Any] | None,
@@ -677,9 +678,18 @@ def _token_set(sequences: list[Tensor], dtype: torch.dtype = torch.float32) -> T
     return TokenSet.stack(sequences, sequences[0].shape[-1], dtype=dtype)
 
 
-def _stored_as(row: SavedMedia, dtype: torch.dtype) -> SavedMedia:
-    """A part's media with its tokens (if any) in ``dtype``."""
-    return row if row.tokens is None else row._replace(tokens=row.tokens.to(dtype))
+def _tokens_from_parts(folder: EncodingParts, media_ids: Sequence[str],
+                       dtype: torch.dtype) -> TokenSet:
+    """The retrieval tokens of ``media_ids`` read back from the parts, one part at a time, into
+    one set of ``dtype`` (:class:`~xmr.evaluation.token_scoring.TokenSetWriter`): the gallery's
+    tokens are held once, and the parts keep the model's float32."""
+    rows = {media_id: row for row, media_id in enumerate(media_ids)}
+    writer = TokenSetWriter(len(rows), dtype)
+    for ids, _, sequences in folder.parts():
+        for media_id, sequence in zip(ids, sequences):
+            if media_id in rows:  # a part may hold media of an earlier, larger gallery
+                writer[rows[media_id]] = sequence
+    return writer.finish(range(len(rows)))
 
 
 def _media_resize(model: BaseRetriever, media: Sequence[MediaInput],
