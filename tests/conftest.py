@@ -1,8 +1,10 @@
 """Shared fixtures: a tiny random CLIP and the path of the real data fixtures."""
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
+import multiprocessing
 import os
 import types
 from collections.abc import Callable, Sequence
@@ -120,6 +122,18 @@ def _runner_instances_of_the_test_released():
 
     with runner_instances_released():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _loader_workers_of_the_test_collected():
+    """A DataLoader iterator a test leaves in a reference cycle (a traceback's frames, a
+    runner's loaders) kept its worker processes until a later collection, in another test or
+    at the session's end, where its ``__del__`` joining them was interrupted by pytest-xdist's
+    shutdown (a ``KeyboardInterrupt`` printed after the last test): collected, and its workers
+    ended, by the test that made it."""
+    yield
+    if multiprocessing.active_children():
+        gc.collect()
 
 
 @pytest.fixture
