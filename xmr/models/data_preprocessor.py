@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from mmengine.model import BaseDataPreprocessor
 
+from xmr.models.language.caption_token_counts import CaptionTokenCounts, count_caption_tokens
 from xmr.models.language.tokenizers import BaseTokenizer, TokenBatch
 from xmr.registry import MODELS
 
@@ -126,6 +127,11 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                     self._prompted(texts, lang), [text_language or lang] * len(texts))
                 grouped[lang] = (tokens, torch.tensor(owner, dtype=torch.long))
         return grouped
+
+    def count_caption_tokens(self, texts: Sequence[str], lang: str) -> CaptionTokenCounts:
+        """How the model reads captions ``texts`` in ``lang``: its tokenizer for the language,
+        after the source prompt where it has one (:func:`count_caption_tokens`)."""
+        return count_caption_tokens(self._tokenizer_for(lang), self._prompted(texts, lang), lang)
 
     def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The batch's texts as tokens, on the host: ``source_tokens``, ``target_tokens`` with

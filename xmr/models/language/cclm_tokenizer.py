@@ -87,9 +87,12 @@ class CCLMTokenizer(HFTokenizer):
                       logger='current', level=logging.WARNING)
         return batch
 
+    def evaluation_ids(self, text: str, lang: str | None) -> list[int]:
+        """``text``'s ids, ``<s></s>`` when cleaning empties it."""
+        return super().encode(clean_caption(text, self.max_words))
+
     def _evaluation_ids(self, text: str, lang: str | None, emptied: list[str]) -> list[int]:
-        """``text``'s ids, ``<s></s>`` when cleaning empties it (noted in ``emptied``)."""
-        cleaned = clean_caption(text, self.max_words)
-        if not cleaned:
+        """:meth:`evaluation_ids`, noting in ``emptied`` a caption cleaning empties."""
+        if not clean_caption(text, self.max_words):
             emptied.append(f'{text!r} ({lang})' if lang else repr(text))
-        return super().encode(cleaned)
+        return self.evaluation_ids(text, lang)

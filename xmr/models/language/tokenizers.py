@@ -270,9 +270,16 @@ class BaseTokenizer(metaclass=ABCMeta):
 
         As a call, except in a tokenizer whose cleaning can leave nothing of a caption
         (:class:`~xmr.models.language.cclm_tokenizer.CCLMTokenizer`): it refuses such a
-        training caption, and encodes such an evaluation caption as the empty text.
+        training caption, and encodes such an evaluation caption as the empty text
+        (:meth:`evaluation_ids`).
         """
-        return self(texts, langs)
+        return self._batch(texts, langs, self.evaluation_ids)
+
+    def evaluation_ids(self, text: str, lang: str | None) -> list[int]:
+        """One evaluation caption's ids with specials, untruncated: :meth:`encode_in`'s, except
+        in a tokenizer whose cleaning can leave nothing of a caption, which encodes that one as
+        the empty text."""
+        return self.encode_in(text, lang)
 
     def _batch(self, texts: Sequence[str], langs: Sequence[str] | None,
                encode_in: Callable[[str, str | None], list[int]]) -> TokenBatch:
