@@ -130,44 +130,20 @@ def check_caption_count(captions: Sequence[str], args: argparse.Namespace) -> No
                          f'{args.clusters} or the 2 a map needs')
 
 
-def dataset_captions(dataset, lang: str, limit: int) -> list[str]:
-    """The first ``limit`` captions in ``lang`` of an evaluation dataset.
-
-    Reads annotation records (:class:`~xmr.datasets.RetrievalDataset`) or the synthetic set's
-    ``captions_of`` without loading any media.
-    """
-    if hasattr(dataset, 'records'):
-        per_item = (record.captions.get(lang, []) for record in dataset.records)
-    elif hasattr(dataset, 'captions_of'):
-        per_item = (dataset.captions_of(i).get(lang, []) for i in range(len(dataset)))
-    else:
-        raise TypeError(f'{type(dataset).__name__} exposes neither annotation records nor '
-                        'captions_of; pass --captions FILE')
-    captions: list[str] = []
-    for item in per_item:
-        captions.extend(item)
-        if len(captions) >= limit:
-            break
-    return captions[:limit]
-
-
 def config_captions(cfg, args: argparse.Namespace) -> list[str]:
     """The first ``--num-captions`` captions in ``--lang`` of the config's ``--split`` dataset.
 
     Raises:
-        ValueError: the config has no single ``<split>_dataloader`` (none, or a list of them).
+        ValueError: the config has no single ``<split>_dataloader`` (none, or a list of them),
+            or its dataset does not expose its captions.
     """
-    from mmengine.registry import DefaultScope
+    from xmr.datasets.dataset_captions import NoCaptions, dataset_captions, split_dataset
 
-    from xmr.registry import DATASETS
-
-    loader = cfg.get(f'{args.split}_dataloader')
-    if not isinstance(loader, dict) or 'dataset' not in loader:
-        raise ValueError(f'config {args.config} has no single {args.split}_dataloader to '
-                         'take captions from; pass --captions FILE')
-    with DefaultScope.overwrite_default_scope('xmr'):
-        dataset = DATASETS.build(loader['dataset'])
-    return dataset_captions(dataset, args.lang, args.num_captions)
+    try:
+        return dataset_captions(split_dataset(cfg, args.split, args.config), args.lang,
+                                args.num_captions)
+    except NoCaptions as error:
+        raise ValueError(f'{error}; pass --captions FILE') from error
 
 
 # ----------------------------------------------------------------------------- features

@@ -77,11 +77,12 @@ def test_captions_come_from_the_configs_test_set_without_media(tmp_path):
     config = write_config(tmp_path)
     written = run(tmp_path, config, '--feature', 'sr', '--num-captions', '9')
     assert written['png'].name == 'de_fsr.png'
+    from xmr.datasets.dataset_captions import dataset_captions
     from xmr.datasets.synthetic.dataset import SyntheticRetrievalDataset
 
     dataset = SyntheticRetrievalDataset(num_scenes=6, languages=['en', 'de'], split='test')
     expected = [c for i in range(len(dataset)) for c in dataset.captions_of(i)['de']][:9]
-    assert tool['dataset_captions'](dataset, 'de', 9) == expected
+    assert dataset_captions(dataset, 'de', 9) == expected
     listed = [line.strip() for line in written['text'].read_text(encoding='utf-8').splitlines()
               if line.startswith('  ')]
     assert set(listed) <= set(expected)

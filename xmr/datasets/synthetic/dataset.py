@@ -123,7 +123,9 @@ class SyntheticPairDataset(_SyntheticImages):
         """``[N]``: each item's position in :attr:`languages` (0 for English alone)."""
         return np.arange(len(self)) % max(len(self.languages), 1)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def _item(self, index: int) -> tuple[int, Scene, dict[str, Any]]:
+        """Item ``index``'s scene index, scene and texts (``source_text``, ``target_text``,
+        ``lang``), no image rendered."""
         self._check_index(index)
         if self.languages:
             scene_index, language_slot = divmod(index, len(self.languages))
@@ -135,10 +137,22 @@ class SyntheticPairDataset(_SyntheticImages):
         source_style, target_style = style_rng.integers(len(CAPTION_STYLES), size=2)
         target_text = (caption_scene(scene, lang, CAPTION_STYLES[target_style])
                        if self.languages else None)
-        return dict(media=self._media(scene, scene_index),
-                    media_id=self._media_id(scene_index),
-                    source_text=caption_scene(scene, 'en', CAPTION_STYLES[source_style]),
-                    target_text=target_text, lang=lang, index=int(index))
+        return scene_index, scene, dict(
+            source_text=caption_scene(scene, 'en', CAPTION_STYLES[source_style]),
+            target_text=target_text, lang=lang)
+
+    def captions_of(self, index: int) -> dict[str, list[str]]:
+        """Captions of item ``index``, no image rendered: its English caption and, with target
+        languages, its target-language one."""
+        texts = self._item(index)[2]
+        if texts['target_text'] is None:
+            return {'en': [texts['source_text']]}
+        return {'en': [texts['source_text']], texts['lang']: [texts['target_text']]}
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        scene_index, scene, texts = self._item(index)
+        return dict(media=self._media(scene, scene_index), media_id=self._media_id(scene_index),
+                    **texts, index=int(index))
 
 
 @DATASETS.register_module()

@@ -1,0 +1,48 @@
+"""A config's dataset read for its captions alone: annotation records, synthetic sets."""
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from tests.datasets.test_retrieval_dataset import TINY, multi30k_test  # noqa: F401 (fixture)
+from xmr.datasets.dataset_captions import NoCaptions, dataset_captions, split_dataset
+from xmr.datasets.synthetic.dataset import SyntheticPairDataset, SyntheticRetrievalDataset
+
+
+def test_an_annotation_s_captions_are_its_records_in_order_without_its_images(
+        multi30k_test, shared_data):  # noqa: F811 (the imported fixture)
+    cfg = dict(test_dataloader=dict(dataset=dict(
+        type='RetrievalDataset', data_root=str(multi30k_test),
+        ann_file='annotations/multi30k_test.json', data_prefix=dict(media='images'),
+        languages=['cs'], transform=TINY)))
+    dataset = split_dataset(cfg, 'test', 'cfg.py')  # three of its 1,000 images stand
+    with gzip.open(shared_data / 'multi30k' / 'raw' / 'test_2016_flickr.cs.gz', 'rt',
+                   encoding='utf-8') as lines:
+        raw = lines.read().splitlines()
+    assert dataset_captions(dataset, 'cs') == raw
+    assert dataset_captions(dataset, 'cs', 7) == raw[:7]
+    assert dataset_captions(dataset, 'ja') == []
+
+
+def test_synthetic_sets_give_the_captions_their_items_carry():
+    pairs = SyntheticPairDataset(num_scenes=3, languages=['de', 'zh'])
+    items = [pairs[i] for i in range(len(pairs))]
+    assert dataset_captions(pairs, 'en') == [item['source_text'] for item in items]
+    assert dataset_captions(pairs, 'zh') == [item['target_text'] for item in items
+                                             if item['lang'] == 'zh']
+    english_only = SyntheticPairDataset(num_scenes=2, languages=[])
+    assert dataset_captions(english_only, 'en') == [english_only[i]['source_text']
+                                                    for i in range(2)]
+    gallery = SyntheticRetrievalDataset(num_scenes=4, languages=['en', 'de'], split='test')
+    assert dataset_captions(gallery, 'de', 5) == [caption for i in range(4)
+                                                  for caption in gallery[i]['captions']['de']][:5]
+
+
+def test_a_split_without_one_loader_and_a_dataset_without_captions_are_named():
+    with pytest.raises(NoCaptions, match='^config cfg.py has no single val_dataloader to take '
+                                         'captions from$'):
+        split_dataset(dict(val_dataloader=[dict(dataset={}), dict(dataset={})]), 'val', 'cfg.py')
+    with pytest.raises(NoCaptions, match='^list exposes neither annotation records nor '
+                                         'captions_of$'):
+        dataset_captions([], 'de')

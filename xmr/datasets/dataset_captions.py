@@ -1,0 +1,54 @@
+"""A config's dataset read for its captions alone, without loading any media."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mmengine.registry import DefaultScope
+
+from xmr.registry import DATASETS
+
+
+class NoCaptions(ValueError):
+    """A config or dataset to take captions from that holds none: a config without a single
+    loader of the split, a dataset that does not expose its captions."""
+
+
+def split_dataset(cfg: Mapping[str, Any], split: str, config: str) -> Any:
+    """The dataset of ``cfg``'s ``<split>_dataloader`` (``'train'``, ``'val'``, ``'test'``).
+
+    Raises:
+        NoCaptions: ``config`` (the file's name, for the message) has no single
+            ``<split>_dataloader``: none, or a list of them.
+    """
+    loader = cfg.get(f'{split}_dataloader')
+    if not isinstance(loader, Mapping) or 'dataset' not in loader:
+        raise NoCaptions(f'config {config} has no single {split}_dataloader to take captions '
+                         'from')
+    with DefaultScope.overwrite_default_scope('xmr'):
+        return DATASETS.build(loader['dataset'])
+
+
+def dataset_captions(dataset: Any, lang: str, limit: int | None = None) -> list[str]:
+    """The captions in ``lang`` of ``dataset``, item by item, the first ``limit`` of them
+    (``None``: all).
+
+    Reads annotation records (:class:`~xmr.datasets.base.MediaCaptionDataset`'s ``records``) or
+    the synthetic sets' ``captions_of``, without loading any media.
+
+    Raises:
+        NoCaptions: a dataset that exposes neither.
+    """
+    if hasattr(dataset, 'records'):
+        per_item = (record.captions.get(lang, []) for record in dataset.records)
+    elif hasattr(dataset, 'captions_of'):
+        per_item = (dataset.captions_of(i).get(lang, []) for i in range(len(dataset)))
+    else:
+        raise NoCaptions(f'{type(dataset).__name__} exposes neither annotation records nor '
+                        'captions_of')
+    captions: list[str] = []
+    for item in per_item:
+        captions.extend(item)
+        if limit is not None and len(captions) >= limit:
+            return captions[:limit]
+    return captions
