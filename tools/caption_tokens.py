@@ -14,13 +14,15 @@ and the share of captions longer than it, and the share of unknown tokens::
 
 The captions are encoded as evaluation encodes them (the source prompt, a language token) with
 the tokenizer the model reads each language with; the config's model is built as
-``tools/test.py`` builds it (its pretrained weights load) and no media is read. ``--out FILE``
-also writes the figures as JSON.
+``tools/test.py`` builds it (its pretrained weights load) and no media is read. A config of
+several test sets (a paper's, scored by ``MultiDatasetTestLoop``) gets a table per set.
+``--out FILE`` also writes the figures as JSON, a row per set and language (``dataset``: the
+set's index).
 """
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from xmr.run_config import add_config_arguments, load_run_config
@@ -43,13 +45,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def print_counts(model, captions: Mapping[str, list[str]], loader: str) -> list:
+    """Count and print, as a table, how ``model`` reads ``captions`` (``{lang: [caption]}``)
+    of ``loader``'s dataset, naming the languages without any; the counts, a row per language
+    with captions (:class:`~xmr.models.language.caption_token_counts.CaptionTokenCounts`)."""
+    from xmr.models.language.caption_token_counts import caption_token_table
+
+    counts = [model.data_preprocessor.count_caption_tokens(texts, lang)
+              for lang, texts in captions.items() if texts]
+    if counts:
+        print(caption_token_table(counts, model.data_preprocessor.source_language))
+    missing = [lang for lang, texts in captions.items() if not texts]
+    if missing:
+        print(f'no {loader} captions in: {", ".join(missing)}')
+    return counts
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     from xmr.apis import check_config_languages, init_retriever, trained_languages
-    from xmr.datasets.dataset_captions import dataset_captions, split_dataset
+    from xmr.datasets.dataset_captions import dataset_captions, split_datasets
     from xmr.datasets.languages import normalize_languages
     from xmr.fileio import atomic_write_text
-    from xmr.models.language.caption_token_counts import caption_token_table
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options)
     langs = normalize_languages(args.langs, '--langs') if args.langs else None
@@ -57,22 +74,22 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         check_config_languages(cfg, langs, '--langs')
     if args.out is not None:
         given_output(args.out, '--out', 'give a file for the figures')
-    # Built, and its annotation read, before the model: a paper's backbone loads for minutes.
-    dataset = split_dataset(cfg, args.split, args.config)
+    # Built, and their annotations read, before the model: a paper's backbone loads for minutes.
+    datasets = split_datasets(cfg, args.split, args.config)
     model = init_retriever(cfg)
-    captions = {lang: dataset_captions(dataset, lang, args.max_captions)
-                for lang in langs or trained_languages(model)}
-    missing = [lang for lang, texts in captions.items() if not texts]
-    if len(missing) == len(captions):
-        raise UserError(args.config, f'its {args.split} dataset has no captions in '
-                        f'{", ".join(missing)}', 'give --split or --langs of languages it holds')
-    counts = [model.data_preprocessor.count_caption_tokens(texts, lang)
-              for lang, texts in captions.items() if texts]
-    print(caption_token_table(counts, model.data_preprocessor.source_language))
-    if missing:
-        print(f'no {args.split} captions in: {", ".join(missing)}')
-    rows = [dict(row._asdict(), cut_share=row.cut_share, unknown_share=row.unknown_share)
-            for row in counts]
+    langs = langs or trained_languages(model)
+    captions = [{lang: dataset_captions(dataset, lang, args.max_captions) for lang in langs}
+                for dataset in datasets]
+    if not any(texts for per_lang in captions for texts in per_lang.values()):
+        raise UserError(args.config, f'its {args.split} data has no captions in '
+                        f'{", ".join(langs)}', 'give --split or --langs of languages it holds')
+    rows = []
+    for index, (dataset, per_lang) in enumerate(zip(datasets, captions)):
+        loader = f'{args.split}_dataloader' + (f'[{index}]' if len(datasets) > 1 else '')
+        if len(datasets) > 1:
+            print(f'{loader}: {getattr(dataset, "metainfo", {}).get("dataset", "")}')
+        rows += [dict(row._asdict(), cut_share=row.cut_share, unknown_share=row.unknown_share,
+                      dataset=index) for row in print_counts(model, per_lang, loader)]
     if args.out is not None:
         import json
 

@@ -36,7 +36,8 @@ def test_each_language_of_the_model_is_counted_on_the_split_s_captions(tmp_path,
     rows = tool['main']([str(write_config(tmp_path)), '--out', str(tmp_path / 'counts.json')])
     printed = capsys.readouterr().out.splitlines()
     assert [row['lang'] for row in rows] == ['en', 'de']  # the model's zh: no test captions
-    assert printed[-2:] == ['no test captions in: zh', f'wrote {tmp_path / "counts.json"}']
+    assert printed[-2:] == ['no test_dataloader captions in: zh',
+                            f'wrote {tmp_path / "counts.json"}']
     assert json.loads((tmp_path / 'counts.json').read_text()) == rows
 
     # English through the tiny CLIP's tokenizer: open_clip's BPE with its start and end tokens.
@@ -46,7 +47,8 @@ def test_each_language_of_the_model_is_counted_on_the_split_s_captions(tmp_path,
     assert rows[0] == dict(lang='en', captions=10, mean_tokens=sum(lengths) / 10,
                            p95_tokens=sorted(lengths)[9], max_tokens=max(lengths), context=32,
                            cut=sum(n > 32 for n in lengths), pieces=sum(lengths) - 20,
-                           unknown=None, cut_share=rows[0]['cut'] / 10, unknown_share=None)
+                           unknown=None, cut_share=rows[0]['cut'] / 10, unknown_share=None,
+                           dataset=0)
     # The tiny SentencePiece model, learned from six captions, lacks much of the set's German.
     assert (rows[1]['captions'], rows[1]['context']) == (10, 32) and rows[1]['unknown'] > 0
     table = [line for line in printed if line.startswith('|')]
@@ -63,13 +65,31 @@ def test_what_the_config_refuses_is_refused_before_the_model_is_built(tmp_path, 
     config = write_config(tmp_path, loader='val_dataloader')
     with pytest.raises(ValueError, match="'ja'"):
         tool['main']([str(config), '--split', 'val', '--langs', 'ja'])
-    with pytest.raises(ValueError, match=f'^config {config} has no single test_dataloader'):
+    with pytest.raises(ValueError, match=f'^config {config} has no test_dataloader with a dataset'):
         tool['main']([str(config)])
     with pytest.raises(UserError, match='is a folder, not a file'):
         tool['main']([str(config), '--split', 'val', '--out', str(tmp_path)])
 
 
 def test_a_split_without_captions_in_any_language_asked_for_is_refused(tmp_path):
-    with pytest.raises(UserError, match=r'tiny.py: its test dataset has no captions in zh: '
+    with pytest.raises(UserError, match=r'tiny.py: its test data has no captions in zh: '
                                         'give --split or --langs of languages it holds$'):
         tool['main']([str(write_config(tmp_path)), '--langs', 'zh'])
+
+
+def test_a_config_of_several_test_sets_gets_a_table_per_set(tmp_path, capsys):
+    """A paper's config scores several test sets (MultiDatasetTestLoop): the tool named none
+    of them alone, where each set's languages are read by the one model."""
+    config = write_config(tmp_path)
+    second = dict(GALLERY, languages=['zh'], num_scenes=2)
+    config.write_text(config.read_text().replace(
+        'test_dataloader = dict(', 'test_dataloader = [dict(').rstrip()
+        + f', dict(batch_size=4, dataset={second!r})]\n')
+    rows = tool['main']([str(config)])
+    assert [(row['dataset'], row['lang'], row['captions']) for row in rows] == [
+        (0, 'en', 10), (0, 'de', 10), (1, 'zh', 4)]
+    printed = capsys.readouterr().out.splitlines()
+    assert 'no test_dataloader[0] captions in: zh' in printed
+    assert 'no test_dataloader[1] captions in: en, de' in printed
+    assert printed.index('test_dataloader[0]: synthetic') < printed.index(
+        'test_dataloader[1]: synthetic')

@@ -21,12 +21,28 @@ def split_dataset(cfg: Mapping[str, Any], split: str, config: str) -> Any:
         NoCaptions: ``config`` (the file's name, for the message) has no single
             ``<split>_dataloader``: none, or a list of them.
     """
-    loader = cfg.get(f'{split}_dataloader')
-    if not isinstance(loader, Mapping) or 'dataset' not in loader:
+    if not isinstance(cfg.get(f'{split}_dataloader'), Mapping):
         raise NoCaptions(f'config {config} has no single {split}_dataloader to take captions '
                          'from')
+    return split_datasets(cfg, split, config)[0]
+
+
+def split_datasets(cfg: Mapping[str, Any], split: str, config: str) -> list[Any]:
+    """The datasets of ``cfg``'s ``<split>_dataloader``: one, or each of a list (a paper's
+    several test sets, which ``MultiDatasetTestLoop`` scores one after the other).
+
+    Raises:
+        NoCaptions: ``config`` (the file's name, for the message) has no ``<split>_dataloader``,
+            or one without a ``dataset``.
+    """
+    loaders = cfg.get(f'{split}_dataloader')
+    loaders = list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+    if not loaders or not all(isinstance(loader, Mapping) and 'dataset' in loader
+                              for loader in loaders):
+        raise NoCaptions(f'config {config} has no {split}_dataloader with a dataset to take '
+                         'captions from')
     with DefaultScope.overwrite_default_scope('xmr'):
-        return DATASETS.build(loader['dataset'])
+        return [DATASETS.build(loader['dataset']) for loader in loaders]
 
 
 def dataset_captions(dataset: Any, lang: str, limit: int | None = None) -> list[str]:
