@@ -98,6 +98,15 @@ def test_a_temperature_whose_scale_max_scale_would_clamp_is_refused():
     torch.testing.assert_close(InfoNCELoss(temperature=0.01)(a, b), symmetric_ce(a, b, 100.0))
 
 
+def test_by_default_the_scale_is_dasds_fixed_one_hundred():
+    """DASD's ``L_CM``: τ = 0.01, a logit scale of 100 that does not train."""
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8), torch.randn(5, 8)
+    loss_fn = InfoNCELoss()
+    torch.testing.assert_close(loss_fn(a, b), symmetric_ce(a, b, 100.0))
+    assert not list(loss_fn.parameters())
+
+
 def test_a_learnable_scale_starts_at_one_over_the_temperature_given():
     torch.manual_seed(0)
     a, b = torch.randn(5, 8), torch.randn(5, 8)
