@@ -119,6 +119,35 @@ def test_the_mask_weighting_is_the_default_and_its_sparsity_a_fixed_buffer():
         CDDSColumnCorrelation(D, D, weighting='hard')
 
 
+def test_the_default_sparsity_is_the_configs_lambda_of_one():
+    image, image_mask, text, text_mask = batch()
+    torch.testing.assert_close(CDDSColumnCorrelation(D, D)(image, image_mask, text, text_mask),
+                               CDDSColumnCorrelation(D, D, init_sparsity=1.0)(
+                                   image, image_mask, text, text_mask))
+    assert not torch.equal(CDDSColumnCorrelation(D, D, init_sparsity=0.5)(
+        image, image_mask, text, text_mask).image_from_text,
+        CDDSColumnCorrelation(D, D)(image, image_mask, text, text_mask).image_from_text)
+
+
+@pytest.mark.parametrize('weighting', ['mask', 'shrinkage'])
+def test_the_column_statistics_pass_no_gradient_to_the_tokens(weighting):
+    """The correlation is a statistic of the data: the weights it hands the sampler train
+    ``λ`` of the shrinkage alone, never the semantic tokens they were measured on."""
+    image, image_mask, text, text_mask = batch()
+    image.requires_grad_()
+    text.requires_grad_()
+    correlation = CDDSColumnCorrelation(D, D, weighting=weighting, init_sparsity=0.0)
+    weights = correlation(image, image_mask, text, text_mask)
+    probe = torch.randn(D, D, generator=torch.Generator().manual_seed(1))
+    total = sum((w * probe).sum() for w in weights)
+    if weighting == 'mask':
+        assert not total.requires_grad
+        return
+    total.backward()
+    assert image.grad is None and text.grad is None
+    assert correlation.sparsity.grad is not None and correlation.sparsity.grad != 0
+
+
 def test_sparsity_gets_a_gradient():
     conditional = torch.softmax(torch.randn(5, 8, generator=torch.Generator().manual_seed(2)), 1)
     sparsity = torch.tensor(0.0, requires_grad=True)
