@@ -57,19 +57,17 @@ def test_noise_only_in_training_and_zero_noise_equals_clean_pass():
     torch.testing.assert_close(unet(tokens, mask).modality, clean.modality)
 
 
-def test_forward_is_the_mean_over_k_perturbed_passes_with_skips_deepest_first():
-    unet = make_unet(num_perturbations=3, noise_std=0.5).train()
-    tokens, mask = tokens_and_mask(W, {2: 2})
-    torch.manual_seed(7)
-    output = unet(tokens, mask)
-
+def reference_forward(unet, tokens, mask, noise_std, copies, seed):
+    """The UNet written out for two encoder and two decoder levels: each of the ``copies``
+    passes adds ``noise_std · std(H_n) · ε`` to the bottleneck, the std a constant (no
+    gradient), then both decoders fuse the skips deepest first; the mean over the passes."""
     padding = ~mask
-    torch.manual_seed(7)
+    torch.manual_seed(seed)
     levels = [tokens]
     for layer in unet.encoder:
         levels.append(layer(levels[-1], src_key_padding_mask=padding))
     deepest = levels[-1]
-    noise = torch.randn(3 * B, W, D).reshape(3, B, W, D)
+    noise = torch.randn(copies * B, *tokens.shape[1:]).reshape(copies, *tokens.shape)
 
     def decode(decoder, hidden):
         for layer, fuse, skip in zip(decoder.layers, decoder.fuse, [levels[2], levels[1]]):
@@ -77,14 +75,39 @@ def test_forward_is_the_mean_over_k_perturbed_passes_with_skips_deepest_first():
         return hidden
 
     semantic, modality = [], []
-    for k in range(3):
-        perturbed = deepest + 0.5 * deepest.std(-1, keepdim=True) * noise[k]
+    for k in range(copies):
+        perturbed = deepest + noise_std * deepest.detach().std(-1, keepdim=True) * noise[k]
         bottleneck = unet.perturbation(perturbed, src_key_padding_mask=padding)
         semantic.append(decode(unet.semantic_decoder, bottleneck))
         modality.append(decode(unet.modality_decoder, bottleneck))
     keep = mask[..., None].float()
-    torch.testing.assert_close(output.semantic, torch.stack(semantic).mean(0) * keep)
-    torch.testing.assert_close(output.modality, torch.stack(modality).mean(0) * keep)
+    return torch.stack(semantic).mean(0) * keep, torch.stack(modality).mean(0) * keep
+
+
+def test_forward_is_the_mean_over_k_perturbed_passes_with_skips_deepest_first():
+    unet = make_unet(num_perturbations=3, noise_std=0.5).train()
+    tokens, mask = tokens_and_mask(W, {2: 2})
+    torch.manual_seed(7)
+    output = unet(tokens, mask)
+    semantic, modality = reference_forward(unet, tokens, mask, 0.5, 3, seed=7)
+    torch.testing.assert_close(output.semantic, semantic)
+    torch.testing.assert_close(output.modality, modality)
+
+
+def test_the_noise_scale_passes_no_gradient_to_the_bottleneck():
+    """The noise is ``noise_std · std(H_n)`` times ``ε``, the std a constant of the pass: the
+    tokens' gradient is that of a fixed noise added to ``H``, none through its std."""
+    unet = make_unet(num_perturbations=2, noise_std=0.5).train()
+    tokens, mask = tokens_and_mask(W, {2: 2})
+    tokens.requires_grad_()
+    probe = torch.randn(2, B, W, D, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(7)
+    found = torch.autograd.grad(sum((c * p).sum() for c, p in zip(unet(tokens, mask), probe)),
+                                tokens)[0]
+    expected = torch.autograd.grad(
+        sum((c * p).sum() for c, p in zip(reference_forward(unet, tokens, mask, 0.5, 2, seed=7),
+                                          probe)), tokens)[0]
+    torch.testing.assert_close(found, expected)
 
 
 def test_third_decoder_level_skips_from_the_input():
