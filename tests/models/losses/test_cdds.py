@@ -122,6 +122,23 @@ def test_semantic_consistency_is_both_directions_cross_entropy_of_the_scores(sco
         semantic_consistency_loss(patches, patch_mask, words, word_mask, 0.1, scoring), expected)
 
 
+def test_the_default_semantic_consistency_temperature_is_0_05():
+    """τ = 0.05 (docs/methods/cdds.md), in the function and its module alike."""
+    generator = torch.Generator().manual_seed(2)
+    patches, words = torch.randn(B, P, D, generator=generator), torch.randn(B, W, D,
+                                                                            generator=generator)
+    patch_mask, word_mask = masks({1: 2}, {2: 3})
+    logits = patch_word_similarity(patches, patch_mask, words, word_mask) / 0.05
+    labels = torch.arange(B)
+    expected = (torch.nn.functional.cross_entropy(logits, labels)
+                + torch.nn.functional.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(semantic_consistency_loss(patches, patch_mask, words, word_mask),
+                               expected)
+    torch.testing.assert_close(
+        MODELS.build(dict(type='CDDSSemanticConsistencyLoss'))(patches, patch_mask, words,
+                                                               word_mask), expected)
+
+
 def test_modality_consistency_zero_when_every_sample_shares_the_law():
     generator = torch.Generator().manual_seed(2)
     shared = torch.randn(W, D, generator=generator)
