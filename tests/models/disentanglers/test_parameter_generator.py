@@ -40,3 +40,10 @@ def test_quick_gelu_by_hand():
     # 1 · σ(1.702) and −1 · σ(−1.702).
     assert quick_gelu(torch.tensor([1.0, -1.0])).tolist() == pytest.approx(
         [1 / (1 + math.exp(-1.702)), -1 / (1 + math.exp(1.702))])
+
+
+def test_by_default_z_has_the_papers_512_and_each_w_z_is_32_by_32():
+    generator = ParameterGenerator(6, blocks=[0, 1])
+    assert generator.to_z[0].out_features == 512
+    condition = generator(torch.randn(3, 6))
+    assert [tuple(matrix.shape) for matrix in condition.values()] == [(3, 32, 32)] * 2
