@@ -187,6 +187,17 @@ def test_a_per_language_contrastive_l_sc_is_the_infonce_of_the_whole_batch_by_ha
         rtol=1e-6, atol=1e-7)
 
 
+def test_a_per_language_contrastive_l_sc_gives_the_source_embeddings_no_gradient():
+    """``r^S`` is the frozen target of ``L_sc``, over the whole batch as in one module."""
+    text_tower = tower()
+    module = per_language(text_tower)
+    embeddings, tokens, r_source = global_batch(text_tower)
+    r_source = r_source.clone().requires_grad_()
+    module(embeddings, tokens, r_source=r_source, langs=list(LANGS))[1]['sc'].backward()
+    assert r_source.grad is None
+    assert any(p.grad is not None for p in module.parameters())
+
+
 def _per_language_worker(rank: int, port: int, out_dir: str) -> None:
     text_tower, shard, rows = _joined_shard(rank, port)
     module = per_language(text_tower)
