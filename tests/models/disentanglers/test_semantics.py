@@ -83,6 +83,31 @@ def test_padding_does_not_reach_the_features(tower):
     torch.testing.assert_close(a['sa'], b['sa'])
 
 
+def test_padding_as_tokens_attends_to_the_padding_and_averages_it_into_f_sa(tower):
+    """The authors' ``f^sa``: the stream runs with every position as a token and
+    ``f^sa = mean_t LN(x_t)`` over all of them; ``f^sr`` (pooled at EOS by a causal tower)
+    is that of the masked stream."""
+    sdm = build(tower, padding_as_tokens=True)
+    embeddings, tokens, _ = batch(tower)
+    everything = dict(tokens, attention_mask=torch.ones_like(tokens['attention_mask']))
+    x_sa = F.layer_norm(run_stream(tower, sdm.sa_adapters, embeddings, everything, 1),
+                        (tower.width,), sdm.sa_norm.weight, sdm.sa_norm.bias)
+    found = sdm.extract(embeddings, tokens)
+    torch.testing.assert_close(found['sa'], x_sa.mean(1))
+    masked = build(tower)
+    torch.testing.assert_close(found['sr'], masked.extract(embeddings, tokens)['sr'])
+    assert not torch.allclose(found['sa'], masked.extract(embeddings, tokens)['sa'])
+
+
+def test_the_sr_projection_starts_as_clips_text_projection(tower):
+    """``W_p^sr ~ N(0, width^-1)``, CLIP's initialisation of its text projection, where
+    ``nn.Linear``'s own gives a std of ``(3 · width)^-1/2``."""
+    weight = build(tower).sr_projection.weight
+    assert weight.shape == (tower.embed_dim, tower.width)
+    assert weight.std().item() == pytest.approx(tower.width ** -0.5, rel=0.15)
+    assert abs(weight.mean().item()) < 0.2 * tower.width ** -0.5
+
+
 def test_condition_is_one_generated_matrix_per_block_and_caption(tower):
     sdm = build(tower)
     embeddings, tokens, _ = batch(tower)
