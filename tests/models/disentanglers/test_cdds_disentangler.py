@@ -219,6 +219,16 @@ def test_dataset_level_correlation_through_the_disentangler():
     assert set(model(patches, patch_mask, words, word_mask)['losses']) == ALL_LOSSES
 
 
+def test_only_a_dataset_level_correlation_is_estimated_before_a_phase():
+    """The runner fills what ``dataset_correlation`` returns over the training set; a batch or
+    subset correlation is measured on each batch and has no estimate to fill."""
+    dataset = build(correlation=dict(mode='dataset'))
+    assert dataset.dataset_correlation() is dataset.correlation
+    for mode in ('batch', 'subset'):
+        assert build(correlation=dict(mode=mode)).dataset_correlation() is None
+    assert build(use_distribution_sampling=False).dataset_correlation() is None
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match='alpha_f must be in'):
         build(alpha_f=1.5)
