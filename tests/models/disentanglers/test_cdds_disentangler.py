@@ -232,6 +232,9 @@ def test_only_a_dataset_level_correlation_is_estimated_before_a_phase():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match='alpha_f must be in'):
         build(alpha_f=1.5)
+    for alphas in (dict(alpha_s=-0.5), dict(alpha_m=-0.5)):
+        with pytest.raises(ValueError, match='alpha_s and alpha_m must be non-negative'):
+            build(**alphas)
     with pytest.raises(ValueError, match="pooling 'cls'"):
         build(pooling='cls')
     # Refused as built, not at the first step's semantic consistency loss.
