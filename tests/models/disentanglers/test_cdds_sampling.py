@@ -125,3 +125,20 @@ def test_wrong_weights_are_named():
     tokens, mask = torch.randn(B, P, D), torch.ones(B, P, dtype=torch.bool)
     with pytest.raises(ValueError, match=r'\[D_source, D_target\] = \[16, 16\], got \[16, 8\]'):
         CDDSDistributionSampler()(tokens, mask, tokens, mask, torch.ones(D, 8) / 8)
+
+
+def test_weights_of_another_shape_than_source_by_target_columns_are_refused():
+    """``[D_target, D_source]`` weights hold as many numbers as the right ones: refused all
+    the same, not read as the wrong columns."""
+    generator = torch.Generator().manual_seed(0)
+    source, target = torch.randn(B, P, 6, generator=generator), torch.randn(B, W, 4,
+                                                                           generator=generator)
+    source_mask = torch.ones(B, P, dtype=torch.bool)
+    target_mask = torch.ones(B, W, dtype=torch.bool)
+    weights = torch.full((4, 6), 1 / 6)
+    with pytest.raises(ValueError, match=r'sampling weights must be \[D_source, D_target\] = '
+                                         r'\[6, 4\], got \[4, 6\]'):
+        CDDSDistributionSampler()(source, source_mask, target, target_mask, weights)
+    sampled = CDDSDistributionSampler()(source, source_mask, target, target_mask,
+                                        torch.full((6, 4), 1 / 4))
+    assert sampled.shape == (B, P, 6)
