@@ -68,3 +68,28 @@ def test_the_contracts_are_abstract():
         ConditionDisentangler()
     with pytest.raises(TypeError, match='abstract'):
         TokenDisentangler()
+
+
+def test_a_token_disentangler_keeps_no_dataset_correlation_by_default():
+    """The runner estimates nothing before a phase for it, and a call to update one says so
+    instead of passing silently."""
+
+    class NoCorrelation(TokenDisentangler):
+        loss_names = frozenset()
+
+        def encode_image(self, patch_tokens, patch_mask):
+            return patch_tokens
+
+        encode_text = encode_image
+
+        def pool(self, semantic, mask):
+            return semantic.mean(1)
+
+        def forward(self, patch_tokens, patch_mask, word_tokens, word_mask):
+            return {}
+
+    module = NoCorrelation()
+    assert module.dataset_correlation() is None
+    tokens, mask = torch.zeros(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(TypeError, match='NoCorrelation keeps no dataset correlation to update'):
+        module.update_correlation(tokens, mask, tokens, mask)
