@@ -157,3 +157,14 @@ def test_tongan_whose_code_names_a_module_method_has_its_own_module(tower):
     alone, _ = sdm.per_language['to'](embeddings[index], select_tokens(tokens, index))
     for block, weights in alone.items():
         torch.testing.assert_close(condition[block][index], weights)
+
+
+def test_a_batch_contrastive_l_sc_keeps_the_shared_modules_order_of_losses(tower):
+    """``sc`` then ``adv``, as one shared module returns them (the order logs list them in)."""
+    contrastive = dict(type='InfoNCELoss', temperature=0.1)
+    sdm = PerLanguageDisentangler({lang: build(tower, consistency_loss=contrastive)
+                                   for lang in ('de', 'fr')})
+    embeddings, tokens, r_source = batch(tower)
+    shared = build(tower, consistency_loss=contrastive)
+    assert list(shared(embeddings, tokens, r_source=r_source)[1]) == ['sc', 'adv']
+    assert list(sdm(embeddings, tokens, r_source=r_source, langs=LANGS)[1]) == ['sc', 'adv']
