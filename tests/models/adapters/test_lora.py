@@ -147,6 +147,23 @@ def test_scale_is_alpha_over_r():
         LoRA(AdapterPlacement(8, 'attn.out'), r=0, targets=['out'])
 
 
+def test_without_alpha_the_scale_is_one_whatever_the_rank():
+    """``alpha`` defaults to ``r``: the delta is ``B A x`` itself, not ``(1 / r) B A x``."""
+    lora = LoRA(AdapterPlacement(2, 'attn.out'), r=4, targets=['out'])
+    assert lora.scale == 1.0
+    with torch.no_grad():
+        lora.lora_A['out'].copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]))
+        lora.lora_B['out'].copy_(torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]))
+    # A x = [x0, x1, x0 + x1, 0]; B picks its rows 0 and 2.
+    x = torch.tensor([[[2.0, 3.0]]])
+    assert lora(x, AdapterContext(lang='de')).tolist() == [[[2.0, 5.0]]]
+
+
+def test_a_dropout_that_drops_every_input_is_refused():
+    with pytest.raises(ValueError, match=r'LoRA dropout must be in \[0, 1\), got 1.0'):
+        LoRA(AdapterPlacement(8, 'attn.out'), targets=['out'], dropout=1.0)
+
+
 def test_lora_targets_draw_independent_dropout_masks():
     """peft (and the paper) wrap q and v as separate projections, each with its own dropout:
     with equal (A, B) for both, their deltas differ in training mode, agree in eval mode."""
