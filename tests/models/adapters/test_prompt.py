@@ -55,6 +55,19 @@ def test_trainable_hard_prompt_starts_from_the_text_embeddings():
     assert [n for n, _ in branch.named_parameters()] == ['adapters.sets.de.-1:input.prompt']
 
 
+def test_a_soft_prompt_never_attached_goes_after_one_start_token():
+    """Built alone (no branch to read the tokenizer's start tokens from), a soft prompt keeps
+    the first token, the start token of the CLIP and XLM-R tokenizers, in front."""
+    prompt = SoftPrompt(AdapterPlacement(1), num_tokens=2)
+    with torch.no_grad():
+        prompt.prompt.copy_(torch.tensor([[-1.0], [-2.0]]))
+    x = torch.tensor([[[5.0], [6.0], [7.0]]])
+    ctx = AdapterContext(lang='de', attention_mask=torch.ones(1, 3, dtype=torch.bool),
+                         eos_index=torch.tensor([2]))
+    assert prompt(x, ctx)[0, :, 0].tolist() == [5.0, -1.0, -2.0, 6.0, 7.0]
+    assert ctx.eos_index.tolist() == [4]
+
+
 def test_soft_prompt_initialisation_and_size():
     torch.manual_seed(0)
     prompt = SoftPrompt(AdapterPlacement(64), num_tokens=4, init_std=0.02)
