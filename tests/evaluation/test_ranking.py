@@ -16,6 +16,7 @@ from xmr.evaluation.ranking import (
     recall_at_k,
     recall_sum,
     text_to_media_ranks,
+    ties_against_query,
 )
 
 # Captions (rows) × media (columns); caption i belongs to media i.
@@ -125,6 +126,13 @@ def test_ranks_from_topk_standard_and_grouped():
     grouped = ranks_from_topk(indices, query_group, gallery_group, grouped=True)
     # not found: two distinct negative groups (0, 2) and the empty slot in the list -> 4
     assert grouped.tolist() == [2, 2, 4]
+
+
+def test_a_list_ordered_for_the_tie_rule_puts_each_positive_after_the_negatives_it_ties():
+    scores = torch.tensor([[0.5, 0.9, 0.5, 0.9]])
+    positive = torch.tensor([[False, True, True, False]])
+    # 0.9: negative 3 before positive 1; then 0.5: negative 0 before positive 2.
+    assert ties_against_query(scores, positive).tolist() == [[3, 1, 0, 2]]
 
 
 def test_topk_lists_must_be_one_row_per_query():
