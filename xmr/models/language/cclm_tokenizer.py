@@ -92,7 +92,9 @@ class CCLMTokenizer(HFTokenizer):
         return super().encode(clean_caption(text, self.max_words))
 
     def _evaluation_ids(self, text: str, lang: str | None, emptied: list[str]) -> list[int]:
-        """:meth:`evaluation_ids`, noting in ``emptied`` a caption cleaning empties."""
-        if not clean_caption(text, self.max_words):
+        """:meth:`evaluation_ids`, noting in ``emptied`` a caption cleaning empties (cleaned
+        once)."""
+        cleaned = clean_caption(text, self.max_words)
+        if not cleaned:
             emptied.append(f'{text!r} ({lang})' if lang else repr(text))
-        return self.evaluation_ids(text, lang)
+        return super().encode(cleaned)
