@@ -31,6 +31,8 @@ from xmr.registry import MODELS
 
 #: Ways of scoring an image–caption pair from their token sets.
 PAIR_SCORINGS = ('patch_word', 'pooled')
+#: τ of ``L_s``: the paper gives none; xmr's fixed default (docs/methods/cdds.md).
+SEMANTIC_TEMPERATURE = 0.05
 
 
 def check_tokens(tokens: torch.Tensor, mask: torch.Tensor, name: str) -> None:
@@ -112,7 +114,7 @@ def pooled_similarity(image_tokens: torch.Tensor, image_mask: torch.Tensor,
 
 def semantic_consistency_loss(image_tokens: torch.Tensor, image_mask: torch.Tensor,
                               text_tokens: torch.Tensor, text_mask: torch.Tensor,
-                              temperature: float = 0.05,
+                              temperature: float = SEMANTIC_TEMPERATURE,
                               scoring: str = 'patch_word') -> torch.Tensor:
     """Semantic consistency ``L_s``: symmetric InfoNCE over the paired batch.
 
@@ -227,7 +229,7 @@ def x_semantic_reconstruction_loss(x_semantic: torch.Tensor, modality: torch.Ten
 class CDDSSemanticConsistencyLoss(nn.Module):
     """Module form of :func:`semantic_consistency_loss`, times ``loss_weight``."""
 
-    def __init__(self, temperature: float = 0.05, scoring: str = 'patch_word',
+    def __init__(self, temperature: float = SEMANTIC_TEMPERATURE, scoring: str = 'patch_word',
                  loss_weight: float = 1.0) -> None:
         super().__init__()
         check_pair_scoring(temperature, scoring)
@@ -308,7 +310,7 @@ class CDDSDistributionSamplingLoss(nn.Module):
     """
 
     def __init__(self, dim: int, correlation: dict | None = None, sampler: dict | None = None,
-                 temperature: float = 0.05, scoring: str = 'patch_word',
+                 temperature: float = SEMANTIC_TEMPERATURE, scoring: str = 'patch_word',
                  loss_weight: float = 1.0) -> None:
         super().__init__()
         correlation_cfg = dict(type='CDDSColumnCorrelation', image_dim=dim, text_dim=dim)

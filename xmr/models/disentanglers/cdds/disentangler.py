@@ -27,6 +27,7 @@ from xmr.models.disentanglers.cdds.correlation import CDDSColumnCorrelation
 from xmr.models.disentanglers.cdds.sampling import CDDSDistributionSampler
 from xmr.models.disentanglers.cdds.unet import DualPathUNet, UNetOutput
 from xmr.models.losses.cdds import (
+    SEMANTIC_TEMPERATURE,
     check_pair_scoring,
     check_tokens,
     information_integrity_loss,
@@ -103,8 +104,9 @@ class CDDSDisentangler(TokenDisentangler):
     def __init__(self, dim: int, num_heads: int = 8, num_encoder_layers: int = 2,
                  num_decoder_layers: int = 2, num_perturbations: int = 4,
                  noise_std: float = 0.1, ffn_ratio: float = 4.0, dropout: float = 0.0,
-                 correlation: dict[str, Any] | None = None, temperature: float = 0.05,
-                 scoring: str = 'patch_word', pooling: str = 'mean', alpha_s: float = 1.0,
+                 correlation: dict[str, Any] | None = None,
+                 temperature: float = SEMANTIC_TEMPERATURE, scoring: str = 'patch_word',
+                 pooling: str = 'mean', alpha_s: float = 1.0,
                  alpha_m: float = 1.0, alpha_f: float = 0.5,
                  use_semantic_consistency: bool = True, use_modality_consistency: bool = True,
                  use_information_integrity: bool = True,
