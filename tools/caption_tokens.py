@@ -24,9 +24,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xmr.run_config import add_config_arguments, load_run_config
 from xmr.utils.cli import GatherAction, UserError, given_output, int_at_least, run_tool
+
+if TYPE_CHECKING:
+    from xmr.models.language.caption_token_counts import CaptionTokenCounts
 
 SPLITS = ('train', 'val', 'test')
 
@@ -45,26 +49,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def print_counts(model, captions: Mapping[str, list[str]], loader: str) -> list:
-    """Count and print, as a table, how ``model`` reads ``captions`` (``{lang: [caption]}``)
-    of ``loader``'s dataset, naming the languages without any; the counts, a row per language
-    with captions (:class:`~xmr.models.language.caption_token_counts.CaptionTokenCounts`)."""
+def print_counts(counts: Mapping[str, CaptionTokenCounts], langs: Sequence[str],
+                 source: str | None, loader: str) -> None:
+    """Print ``counts`` (a row per language with captions) of ``loader``'s dataset as a table,
+    then name those of ``langs`` without any."""
     from xmr.models.language.caption_token_counts import caption_token_table
 
-    counts = [model.data_preprocessor.count_caption_tokens(texts, lang)
-              for lang, texts in captions.items() if texts]
     if counts:
-        print(caption_token_table(counts, model.data_preprocessor.source_language))
-    missing = [lang for lang, texts in captions.items() if not texts]
+        print(caption_token_table(list(counts.values()), source))
+    missing = [lang for lang in langs if lang not in counts]
     if missing:
         print(f'no {loader} captions in: {", ".join(missing)}')
-    return counts
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     from xmr.apis import check_config_languages, init_retriever, trained_languages
-    from xmr.datasets.dataset_captions import dataset_captions, split_datasets
+    from xmr.datasets.dataset_captions import split_datasets
     from xmr.datasets.languages import normalize_languages
     from xmr.fileio import atomic_write_text
 
@@ -78,18 +79,20 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     datasets = split_datasets(cfg, args.split, args.config)
     model = init_retriever(cfg)
     langs = langs or trained_languages(model)
-    captions = [{lang: dataset_captions(dataset, lang, args.max_captions) for lang in langs}
-                for dataset in datasets]
-    if not any(texts for per_lang in captions for texts in per_lang.values()):
+    preprocessor = model.data_preprocessor
+    counts = [preprocessor.count_dataset_caption_tokens(dataset, langs, args.max_captions)
+              for dataset in datasets]
+    if not any(counts):
         raise UserError(args.config, f'its {args.split} data has no captions in '
                         f'{", ".join(langs)}', 'give --split or --langs of languages it holds')
     rows = []
-    for index, (dataset, per_lang) in enumerate(zip(datasets, captions)):
+    for index, (dataset, per_lang) in enumerate(zip(datasets, counts)):
         loader = f'{args.split}_dataloader' + (f'[{index}]' if len(datasets) > 1 else '')
         if len(datasets) > 1:
             print(f'{loader}: {getattr(dataset, "metainfo", {}).get("dataset", "")}')
+        print_counts(per_lang, langs, preprocessor.source_language, loader)
         rows += [dict(row._asdict(), cut_share=row.cut_share, unknown_share=row.unknown_share,
-                      dataset=index) for row in print_counts(model, per_lang, loader)]
+                      dataset=index) for row in per_lang.values()]
     if args.out is not None:
         import json
 

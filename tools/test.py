@@ -6,7 +6,9 @@ Markdown table (one row per model, one column per language plus the mean or sum,
 Tables 1 and 2) and writes the metrics as ``<checkpoint>_test.json`` and the table as
 ``<checkpoint>_test.csv`` next to the checkpoint (or at ``--out``, a ``.json`` path). Only an
 earlier test result there is replaced, and only with ``--overwrite``; any other file is refused
-before testing.
+before testing. How the model's tokenizers read each test set's captions (those its text
+context cuts, the tokens its vocabulary lacks) is counted per language before testing, recorded
+with the set (``caption_token_counts``) and named below the table where any is.
 
 ``--format clip_benchmark`` also writes CLIP_benchmark's JSON, one file per dataset and language,
 into ``<result>_clip_benchmark/`` beside the result (docs/evaluation.md).
@@ -329,15 +331,34 @@ def _test_loaders(runner) -> list:
     return getattr(loop, 'dataloaders', None) or [loop.dataloader]
 
 
-def test_sets(runner) -> list[dict]:
-    """Dataset, split and languages of every test set, as the result records them."""
+def test_sets(runner, model) -> list[dict]:
+    """Dataset, split and languages of every test set, as the result records them, with how
+    ``model`` reads each language's captions (:func:`caption_token_counts`)."""
     sets = []
     for loader in _test_loaders(runner):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
+        languages = list(metainfo.get('languages') or [])
         sets.append(dict(dataset=metainfo.get('dataset', type(loader.dataset).__name__),
-                         split=metainfo.get('split'),
-                         languages=list(metainfo.get('languages') or [])))
+                         split=metainfo.get('split'), languages=languages,
+                         caption_token_counts=caption_token_counts(model, loader.dataset,
+                                                                   languages)))
     return sets
+
+
+def caption_token_counts(model, dataset, languages: list[str]) -> dict[str, dict]:
+    """Per language of ``dataset``, how ``model``'s tokenizer for it reads all its captions,
+    as evaluation encodes them: ``{lang: {'captions', 'context', 'cut', 'pieces', 'unknown'}}``
+    (:class:`~xmr.models.language.caption_token_counts.CaptionTokenCounts`: ``cut`` the
+    captions longer than the ``context``, ``unknown`` the ``pieces`` the vocabulary lacks);
+    empty for a dataset that exposes no captions."""
+    from xmr.datasets.dataset_captions import NoCaptions
+
+    try:
+        counts = model.data_preprocessor.count_dataset_caption_tokens(dataset, languages)
+    except NoCaptions:
+        return {}
+    return {lang: dict(captions=row.captions, context=row.context, cut=row.cut,
+                       pieces=row.pieces, unknown=row.unknown) for lang, row in counts.items()}
 
 
 def summary_languages(runner) -> dict[str, list[str]]:
@@ -407,6 +428,8 @@ def run_test(args: argparse.Namespace, cfg: Config):
             comparable_entries(scored)
     except (CheckpointMismatchError, ValueError) as error:
         raise SystemExit(f'error: {error}') from error
+    # Counted before testing: a count that failed after it would lose the test's result.
+    evaluated_sets = test_sets(runner, model)
     metrics = runner.test()
     seed = meta.get('seed')
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
@@ -422,7 +445,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
                             metrics=plain_metrics(metrics),
                             config=argument_text(str(args.config)),
                             checkpoint=argument_text(str(args.checkpoint)),
-                            test_sets=test_sets(runner),
+                            test_sets=evaluated_sets,
                             extra=extra, config_resolved=resolved(config_file(args.config)),
                             checkpoint_resolved=resolved(args.checkpoint)), scored
 

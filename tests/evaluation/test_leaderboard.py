@@ -497,6 +497,89 @@ def test_skipped_media_mark_the_row_and_are_counted_in_the_legend():
         'smaller gallery')
 
 
+def _counts(cut: int, captions: int, context: int, unknown: int | None = None,
+            pieces: int = 20000) -> dict[str, int | None]:
+    return {'captions': captions, 'context': context, 'cut': cut, 'pieces': pieces,
+            'unknown': unknown}
+
+
+def test_languages_whose_captions_the_context_cut_are_named_below_the_table():
+    """tools/test.py records per test set how many captions of each language were longer than
+    the model's context: the legend gives each cut language's share, a language none of whose
+    captions was cut goes unnamed, and a row without any cut gets no line."""
+    xtd10 = {'dataset': 'xtd10', 'split': 'test', 'languages': ['en', 'ru', 'zh'],
+             'caption_token_counts': {'en': _counts(0, 1000, 77), 'ru': _counts(101, 1000, 77),
+                                      'zh': _counts(48, 1000, 77)}}
+    metrics = {'ru/t2i_R@10': 30.0, 'zh/t2i_R@10': 40.0, 'mean_t2i_R@10': 35.0}
+    legend = leaderboard_markdown([EvaluationResult('clip', metrics, test_sets=[xtd10])])
+    assert legend.splitlines()[-1] == (
+        "- clip: captions longer than the model's text context (77 tokens), encoded cut (their "
+        'recalls are of truncated text): ru 10.1% (101 of 1,000), zh 4.8% (48 of 1,000); '
+        'tools/caption_tokens.py counts them')
+    uncut = {**xtd10, 'caption_token_counts': {lang: _counts(0, 1000, 77)
+                                              for lang in ('en', 'ru')}}
+    assert 'tools/caption_tokens.py' not in leaderboard_markdown(
+        [EvaluationResult('xlmr', metrics, test_sets=[uncut])])
+
+
+def test_languages_whose_tokens_the_vocabulary_lacks_are_named_below_the_table():
+    """A language a hundredth or more of whose tokens are unknown is named with that share; a
+    covered language's odd symbol (below a hundredth), a byte-level vocabulary, which has no
+    unknown token (``None``), and captions read as no pieces at all (CCLM's emptied ones) are
+    not."""
+    counts = {'en': _counts(0, 1000, 40, unknown=199, pieces=20000),
+              'ko': _counts(0, 1000, 40, unknown=9980, pieces=20000),
+              'ru': _counts(0, 1000, 40, unknown=200, pieces=20000),
+              'zh': _counts(0, 1000, 40, unknown=None),
+              'ja': _counts(0, 2, 40, unknown=0, pieces=0)}
+    test_set = {'dataset': 'xtd10', 'split': 'test', 'languages': list(counts),
+                'caption_token_counts': counts}
+    result = EvaluationResult('demo', {'ko/AR': 1.0, 'mAR': 1.0}, test_sets=[test_set])
+    assert leaderboard_markdown([result]).splitlines()[-1] == (
+        '- demo: tokens its vocabulary lacks, read as unknown (the words they stand for are '
+        'lost): ko 49.9%, ru 1.0% of the tokens; tools/caption_tokens.py counts them')
+
+
+def test_cut_captions_of_several_sets_and_contexts_say_which_is_which():
+    """With several test sets each set is named before its languages; where the cut languages'
+    tokenizers hold other contexts (a source tower's 77, a branch's 40), each says its own."""
+    sets = [{'dataset': 'xtd10', 'split': 'test', 'languages': ['en', 'de'],
+             'caption_token_counts': {'en': _counts(3, 1000, 77), 'de': _counts(177, 1000, 40)}},
+            {'dataset': 'multi30k', 'split': 'test', 'languages': ['de'],
+             'caption_token_counts': {'de': _counts(1, 3, 40)}}]
+    result = EvaluationResult('demo', {'xtd10/de/AR': 50.0, 'xtd10/mAR': 50.0,
+                                       'multi30k/de/AR': 40.0, 'multi30k/mAR': 40.0},
+                              test_sets=sets)
+    assert leaderboard_markdown([result]).splitlines()[-1] == (
+        "- demo: captions longer than the model's text context, encoded cut (their recalls are "
+        'of truncated text): xtd10: en 0.3% (3 of 1,000 over 77 tokens), de 17.7% (177 of '
+        '1,000 over 40 tokens); multi30k: de 33.3% (1 of 3 over 40 tokens); '
+        'tools/caption_tokens.py counts them')
+
+
+def test_caption_token_counts_are_read_back_with_canonical_codes_and_bad_ones_named(tmp_path):
+    """A result file's counts come back as saved, XTD10's ``jp`` read as ``ja``; counts that
+    are no counts (hand-edited, more cut than held, more unknown than read) are refused naming
+    the file."""
+    test_set = {'dataset': 'xtd10', 'split': 'test', 'languages': ['jp'],
+                'caption_token_counts': {'jp': _counts(5, 1000, 77, unknown=3)}}
+    save_result(tmp_path / 'old.json', EvaluationResult('old', {'jp/AR': 1.0, 'mAR': 1.0},
+                                                        test_sets=[test_set]))
+    assert load_result(tmp_path / 'old.json').test_sets == [
+        {**test_set, 'languages': ['ja'],
+         'caption_token_counts': {'ja': _counts(5, 1000, 77, unknown=3)}}]
+    for bad in ({'ja': _counts(6, 5, 77)}, {'ja': {'cut': 1}}, ['ja'],
+                {'ja': _counts(1, 5, 0)}, {'ja': {**_counts(1, 5, 77), 'cut': 0.5}},
+                {'ja': _counts(1, 5, 77, unknown=21, pieces=20)},
+                {'ja': _counts(1, 5, 77, unknown=-1)}):
+        save_result(tmp_path / 'bad.json', EvaluationResult(
+            'bad', {'ja/AR': 1.0}, test_sets=[{**test_set, 'caption_token_counts': bad}]))
+        with pytest.raises(ValueError, match=r"bad\.json: a test set's caption_token_counts "
+                           r'must map each language to counts of captions, context, cut, '
+                           r'pieces, unknown'):
+            load_result(tmp_path / 'bad.json')
+
+
 def test_the_metrics_of_one_test_set_count_its_skipped_media_once(tmp_path):
     """CDDS's Flickr30K test scores one gallery twice (token score, pooled/): each metric
     reports its 2 skipped images, and the legend and the JSON said 4."""

@@ -170,6 +170,42 @@ def test_real_xtd10_and_multi30k_report_every_language(real_captions, real_run):
     assert table[0] == columns and float(table[1][-1]) == pytest.approx(metrics['mAR'])
 
 
+def test_real_captions_the_model_reads_cut_or_unknown_are_counted_per_language(real_captions,
+                                                                               real_run):
+    """Each test set records, per language, how many captions the model's tokenizer cut and
+    how many of their tokens it does not know: the counts equal the tokenizer's own truncation
+    counter and an unknown-id count over an evaluation batch of the same captions, and the
+    legend names exactly the languages with any cut."""
+    root, config, xtd10, multi30k = real_captions
+    recorded = json.loads((root / 'tiny_test.json').read_text(encoding='utf-8'))['test_sets']
+    preprocessor = init_retriever(config, root / 'tiny.pth').data_preprocessor
+    legend = next(line for line in real_run.splitlines() if 'encoded cut' in line)
+    for test_set, annotation in zip(recorded, (xtd10, multi30k)):
+        assert list(test_set['caption_token_counts']) == test_set['languages']
+        for lang, count in test_set['caption_token_counts'].items():
+            tokenizer = (preprocessor.source_tokenizer if lang == 'en'
+                         else preprocessor.target_tokenizer)
+            captions = [text for item in annotation.items for text in item.captions[lang]]
+            tokenizer.truncated = 0
+            batch = tokenizer.evaluation_batch(captions, [lang] * len(captions))
+            assert {key: count[key] for key in ('captions', 'context', 'cut')} == {
+                'captions': len(captions), 'context': tokenizer.max_length,
+                'cut': tokenizer.truncated}
+            if tokenizer.unk_id is None:
+                assert count['unknown'] is None
+            elif count['cut'] == 0:  # the batch holds every token: the unknowns are its own
+                assert count['unknown'] == int(
+                    (batch['input_ids'][batch['attention_mask']] == tokenizer.unk_id).sum())
+            share = f"{lang} {100 * count['cut'] / len(captions):.1f}% ({count['cut']:,} of"
+            assert (share in legend) == (count['cut'] > 0)
+    # The tiny branch's 32-token context cuts most Latin-script captions, while XTD10's
+    # Chinese comes out as a few pieces, half of them unknown: the test sees every kind.
+    counts = recorded[0]['caption_token_counts']
+    assert counts['de']['cut'] > 900 and counts['zh']['cut'] == 0
+    assert counts['zh']['unknown'] > 0.25 * counts['zh']['pieces']
+    assert f"zh {100 * counts['zh']['unknown'] / counts['zh']['pieces']:.1f}%" in real_run
+
+
 def _ranks(queries: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
     """Brute-force ranks of row i's own item i, ties counted against the query."""
     scores = queries @ gallery.T
@@ -242,7 +278,9 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     assert [line.split('|')[1].strip() for line in lines[4:6]] == ['baseline', 'new']
     assert json.loads((root / 'results' / 'new.json').read_text())['name'] == 'new'
     assert (root / 'results' / 'new.csv').is_file() and not (root / 'model_test.json').exists()
-    assert json.loads((root / 'results' / 'new.json').read_text())['test_sets'] == [synthetic]
+    recorded = json.loads((root / 'results' / 'new.json').read_text())['test_sets']
+    assert [{key: value for key, value in test_set.items() if key != 'caption_token_counts'}
+            for test_set in recorded] == [synthetic]
 
     # Without --out, the result and the logs go beside the checkpoint, in the work dir it was
     # trained in (here by --work-dir, not the config's work_dirs/...): the training run's config

@@ -44,7 +44,10 @@ the count (each metric's, where several report one: those of one test set report
 media): its recalls are over a smaller gallery. A metric that ranked otherwise than the exact
 standard protocol (the DASD code's grouped image→text, an approximate index, a re-ranked
 shortlist; ``tools/test.py`` records it) gets a legend line saying so, and so do the languages of
-the test set that no row reports (a row lacking one that another reports shows ``-``).
+the test set that no row reports (a row lacking one that another reports shows ``-``), the
+languages whose captions the model's text context cut (CLIP's 77 tokens cut a tenth of XTD10's
+Russian captions) and those whose tokens its vocabulary lacks (``tools/test.py`` counts both per
+test set and language, as ``caption_token_counts``).
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ from xmr.ablations import ablation_suffix
 from xmr.datasets.languages import is_language_alias, normalize_language
 from xmr.fileio import atomic_write_text, atomic_write_texts
 from xmr.json_files import load_json, lone_surrogate
+from xmr.utils.counts import is_count
 from xmr.utils.listing import repeated
 
 __all__ = [
@@ -76,6 +80,11 @@ RESULT_FORMAT = 'xmr-test-result'
 RESULT_VERSION = 1
 #: The metric ``RetrievalMetric`` reports when unreadable media were skipped.
 SKIPPED_KEY = 'skipped_media'
+#: The counts of each language of a test set's ``caption_token_counts``.
+COUNTED = frozenset({'captions', 'context', 'cut', 'pieces', 'unknown'})
+#: Share of a language's tokens unknown to the vocabulary from which the legend names it: below,
+#: a covered language's rare characters (a symbol, an emoji).
+UNKNOWN_SHARE_SHOWN = 0.01
 
 
 class Headline(NamedTuple):
@@ -493,7 +502,8 @@ def _markdown_table(results: Sequence[EvaluationResult]) -> str:
                          f'({", ".join(h.per_language for h in HEADLINES)} per language, or '
                          f'{", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
     lines = column_legend(results) + _unreported_languages(results) + [
-        _skipped_line(result) for result in results if result.skipped_media]
+        _skipped_line(result) for result in results if result.skipped_media] + [
+        line for result in results for line in _caption_token_lines(result)]
     if any(result.seed_std for result in results):
         lines.append('a row over seeds: mean ± sample standard deviation (n - 1) of each value '
                      'over the seeds it names')
@@ -526,6 +536,37 @@ def _skipped_line(result: EvaluationResult) -> str:
     each = ', '.join(f'{prefix or "unprefixed"} {count}' for prefix, count in counts.items())
     return (f"{result.name} *: unreadable media skipped (on_corrupt='skip'), per metric: "
             f'{each}; its recalls are over smaller galleries')
+
+
+def _caption_token_lines(result: EvaluationResult) -> list[str]:
+    """The legend lines of a row whose test sets hold captions longer than the model's text
+    context, or tokens its vocabulary lacks, as ``tools/test.py`` counts them (a test set's
+    ``caption_token_counts``): each such language's share, whose recalls were scored on cut or
+    partly unknown text; none where no language is either."""
+    def per_set(shares: list[list[str]]) -> str:
+        named = [(f"{test_set.get('dataset')}: " if len(result.test_sets) > 1 else '')
+                 + ', '.join(langs) for test_set, langs in zip(result.test_sets, shares) if langs]
+        return '; '.join(named)
+
+    counts = [test_set.get('caption_token_counts') or {} for test_set in result.test_sets]
+    contexts = {count['context'] for per_lang in counts for count in per_lang.values()
+                if count['cut']}
+    # One context is said once; tokenizers of other contexts (a source tower's 77, a target
+    # branch's 64) each say theirs.
+    each = '' if len(contexts) == 1 else ' over {context} tokens'
+    cut = per_set([[f"{lang} {100 * count['cut'] / count['captions']:.1f}% ({count['cut']:,} of "
+                    f"{count['captions']:,}{each.format(**count)})"
+                    for lang, count in per_lang.items() if count['cut']] for per_lang in counts])
+    unknown = per_set([[f"{lang} {100 * count['unknown'] / count['pieces']:.1f}%"
+                        for lang, count in per_lang.items() if count['unknown']
+                        and count['unknown'] >= UNKNOWN_SHARE_SHOWN * count['pieces']]
+                       for per_lang in counts])
+    context = f' ({contexts.pop()} tokens)' if len(contexts) == 1 else ''
+    lines = [f"{result.name}: captions longer than the model's text context{context}, encoded "
+             f"cut (their recalls are of truncated text): {cut}"] if cut else []
+    lines += [f'{result.name}: tokens its vocabulary lacks, read as unknown (the words they '
+              f'stand for are lost): {unknown} of the tokens'] if unknown else []
+    return [f'{line}; tools/caption_tokens.py counts them' for line in lines]
 
 
 def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
@@ -743,6 +784,9 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
     # 'jp' is XTD10's 'ja' one, and shares its table.
     test_sets = [{**ts, 'languages': _canonical_codes(ts['languages'])} if 'languages' in ts
                  else ts for ts in test_sets]
+    test_sets = [{**ts, 'caption_token_counts': _read_caption_token_counts(
+        ts['caption_token_counts'], path)} if 'caption_token_counts' in ts else ts
+        for ts in test_sets]
     extra = {k: v for k, v in data.items() if k not in known}
     if isinstance(extra.get('summary_languages'), dict):
         extra['summary_languages'] = {prefix: _canonical_codes(langs) for prefix, langs
@@ -753,6 +797,28 @@ def load_result(path: str | os.PathLike) -> EvaluationResult:
                             config_resolved=data.get('config_resolved'),
                             checkpoint_resolved=data.get('checkpoint_resolved'),
                             source=str(path))
+
+
+def _read_caption_token_counts(recorded: Any, path: Path) -> dict[str, dict[str, Any]]:
+    """A test set's ``caption_token_counts`` as :func:`load_result` reads it from ``path``: each
+    language's ``captions``, ``context``, ``cut``, ``pieces`` and ``unknown`` (``None``: a
+    vocabulary without an unknown token), its code canonical (``jp`` -> ``ja``).
+
+    Raises:
+        ValueError: naming the file, where the record is not such counts.
+    """
+    def counts(value: Any) -> bool:
+        return (isinstance(value, dict) and value.keys() == COUNTED
+                and is_count(value['captions']) and is_count(value['context'])
+                and is_count(value['pieces'], least=0) and is_count(value['cut'], least=0)
+                and value['cut'] <= value['captions'] and (value['unknown'] is None or (
+                    is_count(value['unknown'], least=0) and value['unknown'] <= value['pieces'])))
+
+    if not isinstance(recorded, dict) or not all(counts(v) for v in recorded.values()):
+        raise ValueError(f"{path}: a test set's caption_token_counts must map each language to "
+                         f"counts of {', '.join(sorted(COUNTED))} (cut <= captions, unknown <= "
+                         f'pieces or null), got {recorded!r:.200}')
+    return {_canonical_codes([lang])[0]: value for lang, value in recorded.items()}
 
 
 def _canonical_key(key: str) -> str:

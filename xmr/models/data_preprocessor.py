@@ -133,6 +133,22 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         after the source prompt where it has one (:func:`count_caption_tokens`)."""
         return count_caption_tokens(self._tokenizer_for(lang), self._prompted(texts, lang), lang)
 
+    def count_dataset_caption_tokens(self, dataset: Any, langs: Sequence[str],
+                                     limit: int | None = None) -> dict[str, CaptionTokenCounts]:
+        """How the model reads ``dataset``'s captions in each of ``langs`` that it holds any in
+        (:meth:`count_caption_tokens`; each language's first ``limit``, ``None``: all), read
+        from its annotations without loading media
+        (:func:`~xmr.datasets.dataset_captions.dataset_captions`).
+
+        Raises:
+            NoCaptions: a dataset that exposes no captions.
+        """
+        from xmr.datasets.dataset_captions import dataset_captions
+
+        texts = {lang: dataset_captions(dataset, lang, limit) for lang in langs}
+        return {lang: self.count_caption_tokens(captions, lang)
+                for lang, captions in texts.items() if captions}
+
     def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The batch's texts as tokens, on the host: ``source_tokens``, ``target_tokens`` with
         ``langs``, ``caption_tokens`` (those the batch has texts for).

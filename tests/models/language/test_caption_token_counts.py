@@ -105,6 +105,32 @@ def test_the_model_s_count_reads_the_source_prompt_and_each_language_s_tokenizer
     assert (target.mean_tokens, target.context, target.cut) == (4, 3, 1)
 
 
+def test_a_dataset_s_counts_are_of_each_language_it_holds_captions_in():
+    """A dataset is read item by item for each language's captions (``limit``: the first N);
+    a language it has none in gets no row, and one that exposes no captions is refused."""
+    from xmr.datasets.dataset_captions import NoCaptions
+
+    class Items:
+        captions = [{'en': ['red circle', 'blue'], 'de': ['rot']}, {'en': ['square']}]
+
+        def __len__(self) -> int:
+            return len(self.captions)
+
+        def captions_of(self, index: int) -> dict[str, list[str]]:
+            return self.captions[index]
+
+    preprocessor = RetrievalDataPreprocessor()
+    preprocessor.bind(WordTokenizer(max_length=3), WordTokenizer(max_length=2), None, None)
+    counts = preprocessor.count_dataset_caption_tokens(Items(), ['en', 'de', 'fr'])
+    assert list(counts) == ['en', 'de']
+    assert (counts['en'].captions, counts['en'].mean_tokens, counts['en'].cut) == (3, 10 / 3, 1)
+    assert (counts['de'].captions, counts['de'].context, counts['de'].cut) == (1, 2, 1)
+    first = preprocessor.count_dataset_caption_tokens(Items(), ['en'], limit=1)
+    assert (first['en'].captions, first['en'].cut) == (1, 1)
+    with pytest.raises(NoCaptions, match='exposes neither annotation records nor captions_of'):
+        preprocessor.count_dataset_caption_tokens(object(), ['en'])
+
+
 def test_the_table_sets_each_language_beside_the_source():
     rows = [CaptionTokenCounts('en', 1000, 15.8, 22, 48, 77, 0, 13800, None),
             CaptionTokenCounts('ru', 1000, 54.2, 87, 219, 77, 101, 52200, 261)]
