@@ -23,6 +23,18 @@ def test_phm_weight_is_the_sum_of_kronecker_products():
     torch.testing.assert_close(layer(x), x @ expected + layer.bias)
 
 
+def test_a_nonzero_bias_is_added_to_the_kronecker_product():
+    """``y = x W + b``: the bias starts at zero, so only a set one shows it is added at all."""
+    torch.manual_seed(0)
+    layer = PHMLinear(8, 12, phm_dim=2, rank=2)
+    with torch.no_grad():
+        layer.bias.copy_(torch.linspace(-1.0, 1.0, 12))
+    weight = sum(torch.kron(layer.rule.rule[i], layer.left[i] @ layer.right[i])
+                 for i in range(2))
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(layer(x), x @ weight + torch.linspace(-1.0, 1.0, 12))
+
+
 def test_each_b_i_has_rank_one():
     layer = PHMLinear(16, 8, rank=1)
     blocks = layer.left @ layer.right
