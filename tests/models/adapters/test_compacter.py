@@ -119,12 +119,19 @@ def test_standalone_instance_owns_its_rules():
 
 
 def test_pectvlms_reduction_is_the_default_and_zero_init_is_an_exact_identity():
+    """zero_init zeroes the up projection alone: the adapter starts as the identity and the up
+    layer's factors still receive gradient through the down layer's nonzero bottleneck."""
     placement = AdapterPlacement(64, 'mlp.output')
     assert CompacterAdapter(placement).down.out_features == 64 // 16
     adapter = CompacterAdapter(placement, reduction_factor=4, zero_init=True)
     assert torch.count_nonzero(adapter.up.right) == 0
+    assert torch.count_nonzero(adapter.down.weight()) > 0
     x = torch.randn(2, 3, 64)
-    assert torch.equal(adapter(x, AdapterContext(lang='de')), x)
+    out = adapter(x, AdapterContext(lang='de'))
+    assert torch.equal(out, x)
+    # The up layer learns from the first step: it sees the down layer's nonzero bottleneck.
+    out.square().sum().backward()
+    assert torch.count_nonzero(adapter.up.right.grad) > 0
     assert not torch.equal(CompacterAdapter(placement, reduction_factor=4)(
         x, AdapterContext(lang='de')), x)  # OpenDelta's start is near, not at, the identity
 
