@@ -102,6 +102,15 @@ def test_unattached_hard_prompt_and_two_prompts_are_refused():
         build_clip_branch([dict(type='SoftPrompt'), dict(type='HardPrompt', text='a photo')])
 
 
+def test_a_frozen_hard_prompt_records_its_text_in_its_settings_and_a_trainable_one_nothing():
+    """A frozen prompt embeds its text at every forward, so the text is what it computes with
+    (a checkpoint records it); a trainable one's text only initialised its weights."""
+    frozen = HardPrompt(AdapterPlacement(8), text='ein Foto von')
+    trainable = HardPrompt(AdapterPlacement(8), text='ein Foto von', trainable=True)
+    assert frozen.settings() == {'text': 'ein Foto von'}
+    assert trainable.settings() == {}
+
+
 
 def _xlmr_tokenizer(shared_data, tmp_path, start_token: bool):
     """XLM-R's ``<s> pieces </s>``, or the same pieces as T5's tokenizers (SigLIP's, mT5's)
