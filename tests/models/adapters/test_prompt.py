@@ -111,6 +111,12 @@ def test_a_frozen_hard_prompt_records_its_text_in_its_settings_and_a_trainable_o
     assert trainable.settings() == {}
 
 
+def test_a_hard_prompt_shows_its_text_and_whether_it_trains_in_the_model_tree():
+    """Printing a model names each hard prompt's text, trainable or not."""
+    prompt = HardPrompt(AdapterPlacement(8), text='ein Foto von', trainable=True)
+    assert repr(prompt) == "HardPrompt(text='ein Foto von', trainable=True)"
+
+
 
 def _xlmr_tokenizer(shared_data, tmp_path, start_token: bool):
     """XLM-R's ``<s> pieces </s>``, or the same pieces as T5's tokenizers (SigLIP's, mT5's)
