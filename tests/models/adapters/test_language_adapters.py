@@ -1,9 +1,12 @@
-"""LanguageAdapters keyed by every language code, Tongan's ``to`` (a Module method) included."""
+"""LanguageAdapters: keyed by every language code, Tongan's ``to`` (a Module method) included;
+the settings they record."""
 from __future__ import annotations
 
 import torch
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from xmr.models.adapters import LanguageAdapters
+from xmr.models.backbones.base import block_linear_shapes
 from xmr.models.language.language_modules import load_language_module, save_language_module
 from xmr.registry import MODELS
 
@@ -31,3 +34,15 @@ def test_tongan_whose_code_names_a_module_method_is_a_target_language(tmp_path):
     load_language_module(receiver, save_language_module(model, 'to', tmp_path / 'to.pth'))
     with torch.no_grad():
         assert torch.equal(receiver.encode_text(tokens, 'to'), tongan)
+
+
+def test_the_settings_list_each_distinct_nonempty_setting_once():
+    """A static adapter computes with nothing but its weights: it records no setting, where
+    LoRA records its scale once for both languages and all its sites."""
+    static = dict(type='StaticAdapter', hidden=4)
+    lora = dict(type='LoRA', r=2, alpha=4)
+    shapes = block_linear_shapes(8, 32)
+    assert LanguageAdapters(['de', 'fr'], static, 8, 2).settings() == []
+    assert LanguageAdapters(['de', 'fr'], [static, lora], 8, 2, shapes).settings() == [
+        {'scale': 2.0, 'type': 'LoRA'}]
+
