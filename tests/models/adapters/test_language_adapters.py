@@ -1,14 +1,19 @@
 """LanguageAdapters: keyed by every language code, Tongan's ``to`` (a Module method) included;
-the settings they record."""
+the settings they record; whether a language's blocks run packed tokens."""
 from __future__ import annotations
 
 import torch
 
 from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
-from xmr.models.adapters import LanguageAdapters
+from xmr.models.adapters import (
+    AdapterContext,
+    AdapterSite,
+    BaseAdapter,
+    LanguageAdapters,
+)
 from xmr.models.backbones.base import block_linear_shapes
 from xmr.models.language.language_modules import load_language_module, save_language_module
-from xmr.registry import MODELS
+from xmr.registry import ADAPTERS, MODELS
 
 
 def test_tongan_whose_code_names_a_module_method_is_a_target_language(tmp_path):
@@ -46,3 +51,22 @@ def test_the_settings_list_each_distinct_nonempty_setting_once():
     assert LanguageAdapters(['de', 'fr'], [static, lora], 8, 2, shapes).settings() == [
         {'scale': 2.0, 'type': 'LoRA'}]
 
+
+@ADAPTERS.register_module(name='_TestTokenMixer', force=True)
+class _TokenMixer(BaseAdapter):
+    """Adds the sequence mean: it mixes tokens, so it cannot take packed ones."""
+
+    sites = (AdapterSite.MLP_OUTPUT,)
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        """``[B, L, D] -> [B, L, D]``."""
+        return x + x.mean(dim=1, keepdim=True)
+
+
+def test_one_block_adapter_refusing_packed_tokens_makes_the_language_run_padded():
+    """Packed tokens need every block adapter of the language to take them."""
+    static = dict(type='StaticAdapter', hidden=4, sites=['block.output'])
+    assert LanguageAdapters(['de'], static, 8, 2).accepts_packed_tokens('de')
+    mixed = LanguageAdapters(['de'], [static, dict(type='_TestTokenMixer')], 8, 2)
+    assert mixed.sets['de']['0:block_output'].accepts_packed_tokens
+    assert not mixed.accepts_packed_tokens('de')
