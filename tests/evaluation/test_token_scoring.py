@@ -111,6 +111,27 @@ def test_pairwise_scores_in_tiny_blocks_equal_the_pair_by_pair_reference(gallery
     torch.testing.assert_close(scores, gallery['full'])
 
 
+def test_a_float16_gallery_is_scored_in_float32_whatever_the_score_does(gallery):
+    """The score function receives float32 blocks of a float16 gallery, so one that computes
+    in its inputs' dtype (unlike patch_word_similarity, which upcasts itself) scores the
+    float16-rounded values as float32 would."""
+    received = []
+
+    def summed_products(image_tokens, image_mask, text_tokens, text_mask):
+        received.extend([image_tokens.dtype, text_tokens.dtype])
+        image = image_tokens * image_mask[..., None]
+        text = text_tokens * text_mask[..., None]
+        return torch.einsum('ipd,twd->it', image, text)
+
+    half_media = TokenSet.stack(gallery['media'], DIM, dtype=torch.float16)
+    half_captions = TokenSet.stack(gallery['captions'], DIM, dtype=torch.float16)
+    scores = pairwise_token_scores(summed_products, half_media, half_captions, budget=40)
+    assert set(received) == {torch.float32}
+    expected = summed_products(half_media.tokens.float(), half_media.mask,
+                               half_captions.tokens.float(), half_captions.mask)
+    torch.testing.assert_close(scores, expected)
+
+
 @pytest.mark.parametrize('direction', ['t2i', 'i2t'])
 def test_exact_token_ranks_are_the_ranks_of_the_full_token_score_matrix(gallery, direction):
     media = TokenSet.stack(gallery['media'], DIM)
