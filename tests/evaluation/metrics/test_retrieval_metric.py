@@ -703,6 +703,22 @@ def test_items_sharing_a_media_id_with_other_captions_are_an_error_without_an_in
         _run(RetrievalMetric(recall_ks=(1, 2)), samples + [near])
 
 
+def test_a_repeat_without_an_index_must_caption_the_same_languages():
+    """m0's captions again with a language more, one less, or one language's captions under
+    another are other captions of m0, not its padded repeat; a language listed with no caption
+    is no language of the item."""
+    samples = _three_media()
+    m0 = dict(en=[E0], de=[E0, _unit(1, 1, 0)], fr=[E1])
+    other_languages = [_item('m0', E0, **m0, it=[E2]),
+                       _item('m0', E0, en=m0['en'], de=m0['de']),
+                       _item('m0', E0, en=m0['en'], de=m0['de'], it=m0['fr'])]
+    for repeat in other_languages:
+        with pytest.raises(ValueError, match="two items share media_id 'm0' with other captions"):
+            _run(RetrievalMetric(recall_ks=(1, 2)), samples + [repeat])
+    repeat = _item('m0', E0, **m0, it=[])
+    assert _run(RetrievalMetric(recall_ks=(1, 2)), samples + [repeat]) == pytest.approx(EXPECTED)
+
+
 def test_a_padded_repeat_of_an_indexed_item_is_dropped_whatever_its_embeddings():
     """With a dataset index, the repeat is known to be the same item: its embeddings (another
     batch, another rank, bf16) are not compared."""
