@@ -187,6 +187,21 @@ def test_the_legend_names_a_shown_language_the_summary_leaves_out():
         'run over de, fr']
 
 
+def test_only_a_language_code_or_a_recorded_one_makes_a_key_a_language_column():
+    """Datasets come in the order of their first key. XTD10's PECTVLM summary is named as a
+    per-language statistic; coming first, it opens its own dataset, not the bare keys' one
+    before it. A code the result records as a language (Ainu's ``ain``, registered by the run)
+    is one, so a dataset reporting it alone and no summary keeps its column."""
+    metrics = {'xtd10_pectvlm/mean_R@1': 2.5, 'xtd10_pectvlm/de/mean_R@1': 2.5,
+               'de/AR': 5.0, 'mAR': 5.0}
+    assert [c.key for c in leaderboard_columns(metrics)] == [
+        'xtd10_pectvlm/de/mean_R@1', 'xtd10_pectvlm/mean_R@1', 'de/AR', 'mAR']
+    ainu = {'mine/ain/AR': 41.0}
+    assert [(c.key, c.kind) for c in leaderboard_columns(ainu, ['ain'])] == [
+        ('mine/ain/AR', 'language')]
+    assert leaderboard_columns(ainu) == []
+
+
 def test_the_summary_languages_survive_the_result_file(tmp_path):
     recorded = {'multi30k': ['de', 'fr'], 'msrvtt': ['de']}
     save_result(tmp_path / 'r.json', EvaluationResult('r', MULTI_DATASET,
