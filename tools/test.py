@@ -24,6 +24,7 @@ import os
 import os.path as osp
 import shlex
 import sys
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,6 +80,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--compare', nargs='+', action=GatherAction, metavar='JSON',
                         help='result files of earlier runs to show side by side (printed; '
                         "the CSV written for CHECKPOINT holds its own row alone)")
+    # xmr.evaluation.leaderboard's LAYOUTS and WIDE_COLUMNS_AT_MOST, written out: --help
+    # answers without loading torch.
+    parser.add_argument('--layout', choices=('auto', 'wide', 'long'), default='auto',
+                        help="wide: a row per model and a column per language (the papers' "
+                        'tables); long: a row per language and a column per model; auto '
+                        '(default): long beyond 24 columns of values (Crossmodal-3600, '
+                        'XTD200), else wide. The CSV is wide whatever is printed')
     parser.add_argument('--over-seeds', action='store_true',
                         help='with --compare: one row per run whose seeds alone differ (same '
                         'config file, --ablation rows, checkpoint name and test sets), each '
@@ -334,7 +342,9 @@ def _test_loaders(runner) -> list:
 def test_sets(runner, model) -> list[dict]:
     """Dataset, split and languages of every test set, as the result records them, with how
     ``model`` reads each language's captions (:func:`caption_token_counts`)."""
-    sets = []
+    from mmengine.logging import print_log
+
+    sets, started = [], time.perf_counter()
     for loader in _test_loaders(runner):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         languages = list(metainfo.get('languages') or [])
@@ -342,6 +352,12 @@ def test_sets(runner, model) -> list[dict]:
                          split=metainfo.get('split'), languages=languages,
                          caption_token_counts=caption_token_counts(model, loader.dataset,
                                                                    languages)))
+    # A tokenizer reads some 5,000 to 10,000 captions a second on one core: a benchmark of
+    # 200 languages waits for this before its test, and is told why.
+    captions = sum(count['captions'] for test_set in sets
+                   for count in test_set['caption_token_counts'].values())
+    print_log(f'counted the tokens of the {captions:,} test captions, as the model reads each '
+              f'language, in {time.perf_counter() - started:.1f} s', logger='current')
     return sets
 
 
@@ -545,7 +561,7 @@ def _test_or_compare(args: argparse.Namespace) -> None:
             rows = shown_rows(args, results)
         except ValueError as error:
             raise SystemExit(f'error: {error}') from error
-        print_for_reader(leaderboard_markdown(rows))
+        print_for_reader(leaderboard_markdown(rows, args.layout))
         return
     check_inputs(args)
     cfg = build_config(args)
@@ -563,7 +579,8 @@ def _test_or_compare(args: argparse.Namespace) -> None:
     # a result the table cannot show is written all the same, then named. A reader of stdout
     # that quit (`| head`) stops neither: the test's result is written whoever reads.
     try:
-        print_for_reader(leaderboard_markdown(shown_rows(args, [*results, result])))
+        print_for_reader(leaderboard_markdown(shown_rows(args, [*results, result]),
+                                              args.layout))
         unshown = None
     except ValueError as error:
         unshown = error

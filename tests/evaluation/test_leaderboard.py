@@ -338,6 +338,45 @@ def test_a_datasets_legend_names_its_own_recalls_not_a_nested_or_prefixed_datase
                                        'a/b: AR = mean of R@5 both ways; mAR = mean AR']
 
 
+def test_a_long_table_is_the_wide_one_transposed_a_row_per_language():
+    """``layout='long'`` sets each language and summary in a row and each result in a column,
+    the legend unchanged."""
+    results = [EvaluationResult('a', {'de/AR': 50.0, 'fr/AR': 40.0, 'mAR': 45.0}),
+               EvaluationResult('b', {'de/AR': 60.0, 'mAR': 60.0})]
+    wide = leaderboard_markdown(results, 'wide').split('\n\n')
+    long = leaderboard_markdown(results, 'long').split('\n\n')
+    assert wide[1] == ('| model | de    | fr    | mAR   |\n'
+                       '|-------|-------|-------|-------|\n'
+                       '| a     | 50.00 | 40.00 | 45.00 |\n'
+                       '| b     | 60.00 | -     | 60.00 |')
+    assert long[1] == ('| language | a     | b     |\n'
+                       '|----------|-------|-------|\n'
+                       '| de       | 50.00 | 60.00 |\n'
+                       '| fr       | 40.00 | -     |\n'
+                       '| mAR      | 45.00 | 60.00 |')
+    assert long[0] == wide[0] and long[2] == wide[2]
+    with pytest.raises(ValueError, match="layout must be one of auto, wide, long, got 'tall'"):
+        leaderboard_markdown(results, 'tall')
+
+
+def test_auto_lays_out_long_a_table_of_more_languages_than_a_terminal_shows():
+    """XTD10's 11 languages stay a row per model; 24 value columns are the most kept wide, so
+    XTD200's 201 languages (and a table one column past the bound) come out a row per
+    language."""
+    from xmr.evaluation.leaderboard import WIDE_COLUMNS_AT_MOST
+
+    def header(languages: int) -> str:
+        codes = [f'l{index:03d}' for index in range(languages)]
+        metrics = {**{f'{code}/AR': 1.0 for code in codes}, 'mAR': 1.0}
+        test_set = {'dataset': 'xtd200', 'split': 'test', 'languages': codes}
+        return leaderboard_markdown([EvaluationResult('run', metrics, test_sets=[test_set])]
+                                    ).split('\n\n')[1]
+
+    assert header(WIDE_COLUMNS_AT_MOST - 1).startswith('| model ')
+    assert header(WIDE_COLUMNS_AT_MOST).startswith('| language ')
+    assert header(201).count('\n') == 201 + 1 + 1
+
+
 def test_markdown_has_table_and_legend():
     text = leaderboard_markdown([EvaluationResult('run', MULTI_DATASET)])
     heading, table, legend = text.split('\n\n')
@@ -567,9 +606,25 @@ def test_cut_captions_of_several_sets_and_contexts_say_which_is_which():
                               test_sets=sets)
     assert leaderboard_markdown([result]).splitlines()[-1] == (
         "- demo: captions longer than the model's text context, encoded cut (their recalls are "
-        'of truncated text): xtd10: en 0.3% (3 of 1,000 over 77 tokens), de 17.7% (177 of '
-        '1,000 over 40 tokens); multi30k: de 33.3% (1 of 3 over 40 tokens); '
+        'of truncated text): xtd10: de 17.7% (177 of 1,000 over 40 tokens), en 0.3% (3 of '
+        '1,000 over 77 tokens); multi30k: de 33.3% (1 of 3 over 40 tokens); '
         'tools/caption_tokens.py counts them')
+
+
+def test_a_legend_line_names_a_set_s_worst_languages_first_and_counts_the_rest():
+    """XTD200's 201 languages through CLIP's BPE would make a line of thousands of characters:
+    the ten largest shares are named, largest first, then how many more languages have any."""
+    codes = [f'l{index:02d}' for index in range(12)]
+    counts = {code: _counts(index + 1, 100, 77) for index, code in enumerate(codes)}
+    test_set = {'dataset': 'xtd200', 'split': 'test', 'languages': codes,
+                'caption_token_counts': counts}
+    result = EvaluationResult('clip', {'l00/AR': 1.0, 'mAR': 1.0}, test_sets=[test_set])
+    assert leaderboard_markdown([result]).splitlines()[-1] == (
+        "- clip: captions longer than the model's text context (77 tokens), encoded cut (their "
+        'recalls are of truncated text): ' + ', '.join(
+            f'l{index:02d} {index + 1}.0% ({index + 1} of 100)' for index in range(11, 1, -1))
+        + ", and 2 more (the result's caption_token_counts); tools/caption_tokens.py counts "
+        'them')
 
 
 def test_caption_token_counts_are_read_back_with_canonical_codes_and_bad_ones_named(tmp_path):

@@ -710,6 +710,28 @@ def test_compare_over_seeds_prints_one_row_per_run(tmp_path, capsys):
         load_tool().main(['--compare', *files, files[0], '--over-seeds'])
 
 
+def test_compare_prints_the_layout_asked_for_and_its_choices_are_the_leaderboard_s(tmp_path,
+                                                                                   capsys):
+    """``--layout long`` prints a row per language, a column per result; the tool's choices
+    and the bound its help names are the leaderboard's own (written out there so that --help
+    loads no torch)."""
+    from xmr.evaluation.leaderboard import LAYOUTS, WIDE_COLUMNS_AT_MOST
+
+    for name, value in (('a', 10.0), ('b', 20.0)):
+        save_result(tmp_path / f'{name}.json',
+                    EvaluationResult(name, {'de/AR': value, 'fr/AR': value, 'mAR': value}))
+    files = [str(tmp_path / 'a.json'), str(tmp_path / 'b.json')]
+    load_tool().main(['--compare', *files, '--layout', 'long'])
+    assert [line.split('|')[1].strip() for line in table_lines(capsys.readouterr().out)[2:7]
+            ] == ['language', '----------', 'de', 'fr', 'mAR']
+    load_tool().main(['--compare', *files])
+    assert table_lines(capsys.readouterr().out)[2].startswith('| model ')
+    parser_help = subprocess.run([sys.executable, str(TOOL), '--help'], capture_output=True,
+                                 text=True, check=True).stdout
+    assert '{' + ','.join(LAYOUTS) + '}' in parser_help
+    assert f'beyond {WIDE_COLUMNS_AT_MOST} columns' in ' '.join(parser_help.split())
+
+
 def test_runs_of_other_seeds_and_ablations_are_told_apart_and_recorded(synthetic_setup, capsys):
     """Three seeds of a config and an ablation row: each row names its ablation and seed (the
     default labels would otherwise be equal), and each result records both and the xmr that

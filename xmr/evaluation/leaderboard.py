@@ -57,7 +57,7 @@ import json
 import math
 import os
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -70,18 +70,26 @@ from xmr.utils.counts import is_count
 from xmr.utils.listing import repeated
 
 __all__ = [
-    'HEADLINES', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult', 'format_table',
-    'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown', 'column_legend',
-    'mean_over_seeds', 'save_result', 'save_result_files', 'load_result', 'write_csv',
-    'result_json', 'csv_text', 'plain_metrics',
+    'HEADLINES', 'LAYOUTS', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult',
+    'format_table', 'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown',
+    'column_legend', 'mean_over_seeds', 'save_result', 'save_result_files', 'load_result',
+    'write_csv', 'result_json', 'csv_text', 'plain_metrics',
 ]
 
 RESULT_FORMAT = 'xmr-test-result'
 RESULT_VERSION = 1
 #: The metric ``RetrievalMetric`` reports when unreadable media were skipped.
 SKIPPED_KEY = 'skipped_media'
+#: Layouts of :func:`leaderboard_markdown`.
+LAYOUTS = ('auto', 'wide', 'long')
+#: Columns of values beyond which ``layout='auto'`` lays a table out long: DASD's and XTD10's
+#: tables stay wide, Crossmodal-3600's 36 languages and XTD200's 201 go long.
+WIDE_COLUMNS_AT_MOST = 24
 #: The counts of each language of a test set's ``caption_token_counts``.
 COUNTED = frozenset({'captions', 'context', 'cut', 'pieces', 'unknown'})
+#: Languages of a test set a legend line names, the worst first: XTD200's 201 would make a
+#: line of thousands of characters.
+LANGUAGES_NAMED = 10
 #: Share of a language's tokens unknown to the vocabulary from which the legend names it: below,
 #: a covered language's rare characters (a symbol, an emoji).
 UNKNOWN_SHARE_SHOWN = 0.01
@@ -480,27 +488,40 @@ def _language(column: Column) -> str:
     return column.key.split('/')[-2]
 
 
-def leaderboard_markdown(results: Sequence[EvaluationResult]) -> str:
+def leaderboard_markdown(results: Sequence[EvaluationResult], layout: str = 'auto') -> str:
     """The Markdown leaderboard, one table per test set, each followed by its legend.
 
     Each table is headed by its test set (dataset, split, languages); results that record
     different test sets, or none, never share a table.
+
+    Args:
+        results: the rows.
+        layout: one of :data:`LAYOUTS`: ``'wide'``, a row per result and a column per language
+            and summary, as the papers' tables; ``'long'``, the same transposed, a row per
+            language and summary and a column per result, which a terminal shows for the 201
+            languages of XTD200; ``'auto'``, long for a table of more than
+            :data:`WIDE_COLUMNS_AT_MOST` columns of values, else wide.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if not results:
         raise ValueError('a leaderboard needs at least one result')
     groups: dict[str, list[EvaluationResult]] = {}
     for result in _told_apart(results):
         groups.setdefault(result.test_set_label(), []).append(result)
-    return '\n\n'.join(f'test set: {label}\n\n{_markdown_table(group)}'
+    return '\n\n'.join(f'test set: {label}\n\n{_markdown_table(group, layout)}'
                         for label, group in groups.items())
 
 
-def _markdown_table(results: Sequence[EvaluationResult]) -> str:
+def _markdown_table(results: Sequence[EvaluationResult], layout: str) -> str:
     header, rows = leaderboard_table(results)
     if len(header) == 1:
         raise ValueError(f'the results of {[r.name for r in results]} hold no retrieval metric '
                          f'({", ".join(h.per_language for h in HEADLINES)} per language, or '
                          f'{", ".join(h.summary for h in HEADLINES)}); nothing to tabulate')
+    if layout == 'long' or (layout == 'auto' and len(header) - 1 > WIDE_COLUMNS_AT_MOST):
+        header, *rows = [list(column) for column in zip(header, *rows)]
+        header[0] = 'language'  # and each summary, in the rows of the wide table's columns
     lines = column_legend(results) + _unreported_languages(results) + [
         _skipped_line(result) for result in results if result.skipped_media] + [
         line for result in results for line in _caption_token_lines(result)]
@@ -541,32 +562,54 @@ def _skipped_line(result: EvaluationResult) -> str:
 def _caption_token_lines(result: EvaluationResult) -> list[str]:
     """The legend lines of a row whose test sets hold captions longer than the model's text
     context, or tokens its vocabulary lacks, as ``tools/test.py`` counts them (a test set's
-    ``caption_token_counts``): each such language's share, whose recalls were scored on cut or
-    partly unknown text; none where no language is either."""
-    def per_set(shares: list[list[str]]) -> str:
-        named = [(f"{test_set.get('dataset')}: " if len(result.test_sets) > 1 else '')
-                 + ', '.join(langs) for test_set, langs in zip(result.test_sets, shares) if langs]
-        return '; '.join(named)
-
+    ``caption_token_counts``): the languages with any captions cut, and those with a share of
+    unknown tokens of :data:`UNKNOWN_SHARE_SHOWN` or more, each set's worst first
+    (:func:`_worst_first`); none where no language is either."""
     counts = [test_set.get('caption_token_counts') or {} for test_set in result.test_sets]
     contexts = {count['context'] for per_lang in counts for count in per_lang.values()
                 if count['cut']}
     # One context is said once; tokenizers of other contexts (a source tower's 77, a target
     # branch's 64) each say theirs.
     each = '' if len(contexts) == 1 else ' over {context} tokens'
-    cut = per_set([[f"{lang} {100 * count['cut'] / count['captions']:.1f}% ({count['cut']:,} of "
-                    f"{count['captions']:,}{each.format(**count)})"
-                    for lang, count in per_lang.items() if count['cut']] for per_lang in counts])
-    unknown = per_set([[f"{lang} {100 * count['unknown'] / count['pieces']:.1f}%"
-                        for lang, count in per_lang.items() if count['unknown']
-                        and count['unknown'] >= UNKNOWN_SHARE_SHOWN * count['pieces']]
-                       for per_lang in counts])
-    context = f' ({contexts.pop()} tokens)' if len(contexts) == 1 else ''
-    lines = [f"{result.name}: captions longer than the model's text context{context}, encoded "
-             f"cut (their recalls are of truncated text): {cut}"] if cut else []
-    lines += [f'{result.name}: tokens its vocabulary lacks, read as unknown (the words they '
-              f'stand for are lost): {unknown} of the tokens'] if unknown else []
+
+    def cut(count: dict[str, Any]) -> tuple[float, str] | None:
+        return (count['cut'] / count['captions'], f" ({count['cut']:,} of "
+                f"{count['captions']:,}{each.format(**count)})") if count['cut'] else None
+
+    def unknown(count: dict[str, Any]) -> tuple[float, str] | None:
+        share = count['unknown'] / count['pieces'] if count['unknown'] else 0.0
+        return (share, '') if share >= UNKNOWN_SHARE_SHOWN else None
+
+    lines = []
+    if cut_shares := _worst_first(result.test_sets, counts, cut):
+        context = f' ({contexts.pop()} tokens)' if len(contexts) == 1 else ''
+        lines.append(f"{result.name}: captions longer than the model's text context{context}, "
+                     f'encoded cut (their recalls are of truncated text): {cut_shares}')
+    if unknown_shares := _worst_first(result.test_sets, counts, unknown):
+        lines.append(f'{result.name}: tokens its vocabulary lacks, read as unknown (the words '
+                     f'they stand for are lost): {unknown_shares} of the tokens')
     return [f'{line}; tools/caption_tokens.py counts them' for line in lines]
+
+
+def _worst_first(test_sets: Sequence[dict[str, Any]], counts: Sequence[dict[str, Any]],
+                 share_of: Callable[[dict[str, Any]], tuple[float, str] | None]) -> str:
+    """Each test set's languages to which ``share_of`` gives a share (and a note after it),
+    ``ru 10.1% (101 of 1,000)``, the largest share first, the set named where there are
+    several; past :data:`LANGUAGES_NAMED` of a set, how many more. Empty where none has one."""
+    named = []
+    for test_set, per_lang in zip(test_sets, counts):
+        shares = [(found, lang) for lang, count in per_lang.items()
+                  if (found := share_of(count)) is not None]
+        if not shares:
+            continue
+        shares.sort(key=lambda item: -item[0][0])
+        text = ', '.join(f'{lang} {100 * share:.1f}%{note}'
+                         for (share, note), lang in shares[:LANGUAGES_NAMED])
+        if len(shares) > LANGUAGES_NAMED:
+            text += (f', and {len(shares) - LANGUAGES_NAMED} more (the result\'s '
+                     'caption_token_counts)')
+        named.append(f"{test_set.get('dataset')}: {text}" if len(test_sets) > 1 else text)
+    return '; '.join(named)
 
 
 def mean_over_seeds(results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
