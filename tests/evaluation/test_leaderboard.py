@@ -641,7 +641,7 @@ def test_caption_token_counts_are_read_back_with_canonical_codes_and_bad_ones_na
     for bad in ({'ja': _counts(6, 5, 77)}, {'ja': {'cut': 1}}, ['ja'],
                 {'ja': _counts(1, 5, 0)}, {'ja': {**_counts(1, 5, 77), 'cut': 0.5}},
                 {'ja': _counts(1, 5, 77, unknown=21, pieces=20)},
-                {'ja': _counts(1, 5, 77, unknown=-1)}):
+                {'ja': _counts(1, 5, 77, unknown=-1)}, {'ja': _counts(1, 5, 77, pieces=-1)}):
         save_result(tmp_path / 'bad.json', EvaluationResult(
             'bad', {'ja/AR': 1.0}, test_sets=[{**test_set, 'caption_token_counts': bad}]))
         with pytest.raises(ValueError, match=r"bad\.json: a test set's caption_token_counts "
