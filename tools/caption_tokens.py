@@ -13,7 +13,8 @@ and the share of captions longer than it, and the share of unknown tokens::
     python tools/caption_tokens.py configs/dasd/dasd_clip-vit-b32_multi30k_clft.py --split test
 
 The captions are encoded as evaluation encodes them (the source prompt, a language token) with
-the tokenizer the model reads each language with; the config's model is built as
+the tokenizer the model reads each language with (a model querying with back-translations,
+PECTVLM's routine 3 and translate-test: those); the config's model is built as
 ``tools/test.py`` builds it (its pretrained weights load) and no media is read. A config of
 several test sets (a paper's, scored by ``MultiDatasetTestLoop``) gets a table per set.
 ``--out FILE`` also writes the figures as JSON, a row per set and language (``dataset``: the

@@ -46,3 +46,24 @@ def test_a_split_without_one_loader_and_a_dataset_without_captions_are_named():
     with pytest.raises(NoCaptions, match='^list exposes neither annotation records nor '
                                          'captions_of$'):
         dataset_captions([], 'de')
+
+
+def test_back_translations_are_read_from_the_records_alone():
+    """``field='back_translations'`` reads each record's machine translations into the source
+    language; a synthetic set has none to read and is named."""
+    from types import SimpleNamespace
+
+    from xmr.datasets.annotation import MediaRecord
+
+    records = [MediaRecord('a', 'a.jpg', {'de': ['ein Hund']},
+                              back_translations={'de': ['a dog']}),
+               MediaRecord('b', 'b.jpg', {'de': ['zwei Katzen', 'Katzen']},
+                              back_translations={'de': ['two cats', 'cats']})]
+    dataset = SimpleNamespace(records=records)
+    assert dataset_captions(dataset, 'de') == ['ein Hund', 'zwei Katzen', 'Katzen']
+    assert dataset_captions(dataset, 'de', field='back_translations') == [
+        'a dog', 'two cats', 'cats']
+    gallery = SyntheticRetrievalDataset(num_scenes=2, languages=['en', 'de'], split='test')
+    with pytest.raises(NoCaptions, match='^SyntheticRetrievalDataset exposes no annotation '
+                                         'records to read back_translations from$'):
+        dataset_captions(gallery, 'de', field='back_translations')

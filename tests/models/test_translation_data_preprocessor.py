@@ -37,3 +37,37 @@ def test_translated_texts_go_to_the_target_tokenizer_in_the_language_they_are_wr
     assert back['de'][0] == [('target', 'a red ring', 'en')]
     assert back['zh'][0] == [('target', 'a kitten', 'en'), ('target', 'one cat', 'en')]
     assert back['zh'][1].tolist() == [1, 1] and back['de'][1].tolist() == [0]
+
+
+def test_a_model_querying_with_back_translations_has_them_counted_for_its_targets():
+    """Routine 3 and translate-test query a target language with its captions' back-
+    translations: the counts before a test read those, through the target tokenizer in the
+    source language, and the source language's own captions; another routine reads the
+    captions."""
+    from types import SimpleNamespace
+
+    from tests.models.language.test_caption_token_counts import WordTokenizer
+    from xmr.datasets.annotation import MediaRecord
+
+    class LanguageTokenizer(WordTokenizer):
+        """Writes the language it is told after its start token, 8 for en and the unknown id
+        for any other, so that the unknown count shows which language it was told."""
+
+        def encode_in(self, text, lang):
+            return [1, 8 if lang == 'en' else self.unk, *self.encode(text)[1:]]
+
+    dataset = SimpleNamespace(records=[MediaRecord(
+        'a', 'a.jpg', {'en': ['red circle'], 'de': ['roter Kreis blau']},
+        back_translations={'de': ['red circle', 'blue']})])
+    preprocessor = TranslationDataPreprocessor()
+    preprocessor.bind(WordTokenizer(max_length=3), LanguageTokenizer(max_length=4), None, None,
+                      'en')
+    native = preprocessor.count_dataset_caption_tokens(dataset, ['en', 'de'])
+    assert (native['de'].captions, native['de'].unknown, native['de'].cut) == (1, 4, 1)
+    preprocessor.queries_back_translated = True
+    assert preprocessor.query_texts('de') == ('back_translations', 'en')
+    assert preprocessor.query_texts('en') == ('captions', None)
+    counts = preprocessor.count_dataset_caption_tokens(dataset, ['en', 'de'])
+    assert (counts['en'].captions, counts['en'].mean_tokens, counts['en'].cut) == (1, 4, 1)
+    assert (counts['de'].captions, counts['de'].unknown, counts['de'].max_tokens) == (2, 0, 5)
+    assert counts['de'].cut == 1

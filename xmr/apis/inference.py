@@ -357,10 +357,8 @@ def encode_text_tokens(model: BaseRetriever, texts: str | Sequence[str], lang: s
     _check_token_scoring(model, tokens)
     embeddings, sequences = None, []
     # The evaluation's query texts: its captions, or their back-translations.
-    back = (lang != model.source_language
-            and getattr(getattr(model, 'spec', None), 'query', None) == 'target_to_source')
-    field, group = (('back_translations', 'back_translation_tokens') if back
-                    else ('captions', 'caption_tokens'))
+    field = model.data_preprocessor.query_texts(lang)[0]
+    group = 'caption_tokens' if field == 'captions' else 'back_translation_tokens'
     with _evaluating(model):
         for start in range(0, len(texts), batch_size):
             # One gallery item without media holding the texts as its captions, embedded by

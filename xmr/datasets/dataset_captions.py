@@ -45,23 +45,26 @@ def split_datasets(cfg: Mapping[str, Any], split: str, config: str) -> list[Any]
         return [DATASETS.build(loader['dataset']) for loader in loaders]
 
 
-def dataset_captions(dataset: Any, lang: str, limit: int | None = None) -> list[str]:
+def dataset_captions(dataset: Any, lang: str, limit: int | None = None,
+                     field: str = 'captions') -> list[str]:
     """The captions in ``lang`` of ``dataset``, item by item, the first ``limit`` of them
-    (``None``: all).
+    (``None``: all); with ``field='back_translations'``, their machine translations into the
+    source language (:class:`~xmr.datasets.annotation.MediaRecord`'s field).
 
     Reads annotation records (:class:`~xmr.datasets.base.MediaCaptionDataset`'s ``records``) or
     the synthetic sets' ``captions_of``, without loading any media.
 
     Raises:
-        NoCaptions: a dataset that exposes neither.
+        NoCaptions: a dataset that exposes neither (nor, for another ``field``, records).
     """
     if hasattr(dataset, 'records'):
-        per_item = (record.captions.get(lang, []) for record in dataset.records)
-    elif hasattr(dataset, 'captions_of'):
+        per_item = (getattr(record, field).get(lang, []) for record in dataset.records)
+    elif hasattr(dataset, 'captions_of') and field == 'captions':
         per_item = (dataset.captions_of(i).get(lang, []) for i in range(len(dataset)))
     else:
         raise NoCaptions(f'{type(dataset).__name__} exposes neither annotation records nor '
-                        'captions_of')
+                         f'captions_of' if field == 'captions' else f'{type(dataset).__name__} '
+                         f'exposes no annotation records to read {field} from')
     captions: list[str] = []
     for item in per_item:
         captions.extend(item)

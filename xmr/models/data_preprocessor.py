@@ -128,26 +128,38 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
                 grouped[lang] = (tokens, torch.tensor(owner, dtype=torch.long))
         return grouped
 
-    def count_caption_tokens(self, texts: Sequence[str], lang: str) -> CaptionTokenCounts:
+    def count_caption_tokens(self, texts: Sequence[str], lang: str,
+                             text_language: str | None = None) -> CaptionTokenCounts:
         """How the model reads captions ``texts`` in ``lang``: its tokenizer for the language,
-        after the source prompt where it has one (:func:`count_caption_tokens`)."""
-        return count_caption_tokens(self._tokenizer_for(lang), self._prompted(texts, lang), lang)
+        after the source prompt where it has one (:func:`count_caption_tokens`);
+        ``text_language`` as in :meth:`caption_tokens`."""
+        return count_caption_tokens(self._tokenizer_for(lang), self._prompted(texts, lang), lang,
+                                    text_language)
 
     def count_dataset_caption_tokens(self, dataset: Any, langs: Sequence[str],
                                      limit: int | None = None) -> dict[str, CaptionTokenCounts]:
         """How the model reads ``dataset``'s captions in each of ``langs`` that it holds any in
         (:meth:`count_caption_tokens`; each language's first ``limit``, ``None``: all), read
         from its annotations without loading media
-        (:func:`~xmr.datasets.dataset_captions.dataset_captions`).
+        (:func:`~xmr.datasets.dataset_captions.dataset_captions`): the texts it queries the
+        language with (:meth:`query_texts`).
 
         Raises:
             NoCaptions: a dataset that exposes no captions.
         """
         from xmr.datasets.dataset_captions import dataset_captions
 
-        texts = {lang: dataset_captions(dataset, lang, limit) for lang in langs}
-        return {lang: self.count_caption_tokens(captions, lang)
+        queried = {lang: self.query_texts(lang) for lang in langs}
+        texts = {lang: dataset_captions(dataset, lang, limit, field)
+                 for lang, (field, _) in queried.items()}
+        return {lang: self.count_caption_tokens(captions, lang, queried[lang][1])
                 for lang, captions in texts.items() if captions}
+
+    def query_texts(self, lang: str) -> tuple[str, str | None]:
+        """Which texts of an evaluation item the model embeds as ``lang``'s captions: the
+        item's field (``'captions'``) and the language they are written in where it is not
+        ``lang`` (``None``)."""
+        return 'captions', None
 
     def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """The batch's texts as tokens, on the host: ``source_tokens``, ``target_tokens`` with

@@ -30,12 +30,23 @@ class TranslationDataPreprocessor(RetrievalDataPreprocessor):
     Args:
         non_blocking, source_prompt: see :class:`RetrievalDataPreprocessor`.
         source_through_branch: also tokenise ``source_text`` for the branch (set by the model).
+        queries_back_translated: the model queries a target language with its captions'
+            back-translations (set by the model: routine 3, translate-test).
     """
 
     def __init__(self, non_blocking: bool = True, source_prompt: str | None = None,
-                 source_through_branch: bool = False) -> None:
+                 source_through_branch: bool = False,
+                 queries_back_translated: bool = False) -> None:
         super().__init__(non_blocking, source_prompt)
         self.source_through_branch = source_through_branch
+        self.queries_back_translated = queries_back_translated
+
+    def query_texts(self, lang: str) -> tuple[str, str | None]:
+        """A target language's ``back_translations``, written in the source language, where
+        the model queries with them; else its captions."""
+        if self.queries_back_translated and lang != self.source_language:
+            return 'back_translations', self.source_language
+        return super().query_texts(lang)
 
     def tokenize(self, data: Mapping[str, Any]) -> dict[str, Any]:
         out = super().tokenize(data)

@@ -134,6 +134,11 @@ def test_test_time_queries_follow_the_routine(routine):
                                    atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(out['caption_embeddings']['en'][0], english[row],
                                    atol=1e-5, rtol=1e-4)
+    # What the model queries with is what its preprocessor says it does: the texts the counts
+    # before a test (tools/test.py) and xmr.apis read.
+    queried = 'back_translations' if QUERY_TEXT[routine] == 'target_to_source_text' else 'captions'
+    assert model.data_preprocessor.query_texts('de')[0] == queried
+    assert model.data_preprocessor.query_texts('en') == ('captions', None)
 
 
 def test_translate_test_without_back_translations_names_the_dataset_option():

@@ -56,10 +56,13 @@ class CaptionTokenCounts(NamedTuple):
         return None if self.unknown is None else self.unknown / max(self.pieces, 1)
 
 
-def count_caption_tokens(tokenizer: BaseTokenizer, captions: Sequence[str],
-                         lang: str) -> CaptionTokenCounts:
+def count_caption_tokens(tokenizer: BaseTokenizer, captions: Sequence[str], lang: str,
+                         text_language: str | None = None) -> CaptionTokenCounts:
     """Count how ``tokenizer`` reads ``captions`` of language ``lang``, as evaluation encodes
-    them (:meth:`~xmr.models.language.tokenizers.BaseTokenizer.evaluation_ids`), untruncated.
+    them (:meth:`~xmr.models.language.tokenizers.BaseTokenizer.evaluation_ids`), untruncated;
+    ``text_language``: the language they are written in where it is not ``lang`` (the
+    back-translations a model queries ``lang`` with), which a tokenizer writing a language
+    token codes.
 
     Raises:
         ValueError: no captions.
@@ -68,7 +71,7 @@ def count_caption_tokens(tokenizer: BaseTokenizer, captions: Sequence[str],
         raise ValueError(f"no '{lang}' captions to count")
     lengths, pieces, unknown = [], 0, 0
     for caption in captions:
-        ids = tokenizer.evaluation_ids(caption, lang)
+        ids = tokenizer.evaluation_ids(caption, text_language or lang)
         lengths.append(len(ids))
         own = ids[tokenizer.start_tokens:len(ids) - tokenizer.end_count(ids)]
         pieces += len(own)

@@ -117,6 +117,7 @@ class TranslationAlignmentRetriever(CrossLingualRetriever):
         self.english_encoder = english_encoder
         self.data_preprocessor.source_through_branch = (
             self.spec.partner == 'source' and english_encoder == 'branch')
+        self.data_preprocessor.queries_back_translated = self.spec.query == 'target_to_source'
         self.loss_weights = {'cm': 1.0}
 
     def check_phase(self, name: str, loss_weights: Mapping[str, float]) -> dict[str, float]:
