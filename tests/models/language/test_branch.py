@@ -12,12 +12,12 @@ from tests.conftest import (
     tiny_branch_cfg,
 )
 from tests.models.language.test_packed_tokens import ADAPTER_SETS, randomise
-from xmr.models.adapters.base import AdapterContext, AdapterSite
+from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language import branch as branch_module
 from xmr.models.language.branch import select_tokens
 from xmr.models.language.tokenizers import TokenizerOutOfReach
-from xmr.registry import MODELS
+from xmr.registry import ADAPTERS, MODELS
 
 
 @pytest.fixture
@@ -205,15 +205,38 @@ ROUTED_TEXTS = ['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise
 ROUTED_LANGS = ['de', 'zh', 'de', 'fr', 'zh', 'de']
 
 
+@ADAPTERS.register_module(name='_TestConditionScaleAdapter', force=True)
+class ConditionScaleAdapter(BaseAdapter):
+    """Scales each sample by the mean of its own condition at this block: a conditioned adapter
+    of no grouped class, called on each language's rows with that language's condition."""
+
+    reads_condition = True
+
+    def __init__(self, placement: AdapterPlacement) -> None:
+        super().__init__(placement)
+        self.gain = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor, ctx: AdapterContext) -> torch.Tensor:
+        scale = ctx.condition[self.block_index].mean((1, 2))                       # [b]
+        return x * (1 + self.gain * scale)[:, None, None]
+
+
+#: Conditioned adapters beside a site not grouped, and of a class not grouped: the batch is
+#: sorted by language, and each language's adapters read only its own samples' condition.
+ROUTED_ADAPTER_SETS = {**ADAPTER_SETS, 'dynamic+static': [
+    *ADAPTER_SETS['dynamic'], dict(type='StaticAdapter', hidden=8, sites=['mlp.output'])],
+    'conditioned': [dict(type='_TestConditionScaleAdapter')]}
+
+
 @pytest.mark.parametrize('pack', [False, True], ids=['padded', 'packed'])
-@pytest.mark.parametrize('adapter_set', list(ADAPTER_SETS))
+@pytest.mark.parametrize('adapter_set', list(ROUTED_ADAPTER_SETS))
 def test_a_mixed_batch_runs_the_blocks_once_and_equals_each_language_alone(adapter_set, pack):
     torch.manual_seed(0)
     backbone = MODELS.build(tiny_backbone_cfg())
     tower = backbone.text_tower
     tower.pack_tokens = pack
     branch = MODELS.build(tiny_branch_cfg(languages=('de', 'zh', 'fr'),
-                                          adapters=ADAPTER_SETS[adapter_set]),
+                                          adapters=ROUTED_ADAPTER_SETS[adapter_set]),
                           default_args=dict(tower=tower))
     randomise(branch.adapters, 1)
     tokens = branch.tokenize(ROUTED_TEXTS)
