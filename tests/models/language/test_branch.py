@@ -200,6 +200,25 @@ def test_num_blocks_limits_the_branch(parts):
                          default_args=dict(tower=backbone.text_tower))
 
 
+def test_a_branch_of_fewer_blocks_pools_after_its_last_block(parts):
+    """``num_blocks=2`` of 3: the output is the head on the hidden state after block 1 and its
+    adapter, computed by hand; the frozen block 2 never runs."""
+    backbone, _ = parts
+    tower = backbone.text_tower
+    short = MODELS.build(tiny_branch_cfg(num_blocks=2), default_args=dict(tower=tower))
+    randomise(short.adapters, 1)
+    tokens = short.tokenize(TEXTS[:1])
+    x = tower.add_positions(short.embedding(tokens['input_ids']))
+    mask = tower.build_mask(tokens['attention_mask'])
+    for i in range(2):
+        x = tower.run_block(i, x, mask)
+        adapter = short.adapters.sets['de'][f'{i}:block_output']
+        x = x + adapter.up(torch.relu(adapter.down(x)))
+    expected = tower.head(x[0, tokens['eos_index'][0]])
+    with torch.no_grad():
+        torch.testing.assert_close(short(tokens, ['de'])[0], expected)
+
+
 ROUTED_TEXTS = ['ein roter Kreis', '一个蓝色的正方形', 'zwei rote Kreise links oben',
                 'un cercle', '一个绿色的三角形在左边', 'drei Quadrate']
 ROUTED_LANGS = ['de', 'zh', 'de', 'fr', 'zh', 'de']
