@@ -411,3 +411,16 @@ def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_
     local = shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'
     built = branch(dict(type='HFTokenizer', max_length=32, tokenizer_file=str(local)))
     assert built.tokenizer.vocab_size == 250002
+
+
+def test_a_grouped_membership_keeps_the_configured_order_of_languages():
+    """The batch's languages in the branch's configured order, whatever order the batch
+    brings them in, so that a compiled step sees one tuple for every batch holding them."""
+    backbone = MODELS.build(tiny_backbone_cfg())
+    branch = MODELS.build(tiny_branch_cfg(languages=('de', 'zh', 'fr'),
+                                          adapters=ADAPTER_SETS['dynamic']),
+                          default_args=dict(tower=backbone.text_tower))
+    membership = branch.membership(['fr', 'zh', 'fr', 'de'], torch.device('cpu'))
+    assert membership.languages == ('de', 'zh', 'fr')
+    assert membership.columns.tolist() == [2, 1, 2, 0]
+    assert branch.membership(['zh', 'zh'], torch.device('cpu')) is None
