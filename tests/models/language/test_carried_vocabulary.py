@@ -109,3 +109,20 @@ def test_model_file_names_a_checkpoint_that_carries_none(trained, tmp_path):
     with pytest.raises(ValueError, match=f'model_file {bare}: a checkpoint that carries no '
                        'SentencePiece model'):
         SentencePieceTokenizer(model_file=str(bare))
+
+
+def test_the_carried_model_is_read_from_every_layout_of_a_checkpoint(trained, tmp_path):
+    """A bare state dict, a DDP one (``module.`` keys), and a file written again at the same
+    path (read anew, not from the cache of the earlier file)."""
+    _, _, model = trained
+    vocabulary = model.language_branch.tokenizer.vocabulary()
+    bare = tmp_path / 'bare_state.pth'
+    torch.save(model.state_dict(), bare)
+    assert carried_model(bare) == vocabulary
+    wrapped = tmp_path / 'ddp.pth'
+    torch.save({'state_dict': {f'module.{k}': v for k, v in model.state_dict().items()}},
+               wrapped)
+    assert carried_model(wrapped) == vocabulary
+    torch.save({'state_dict': {'w': torch.zeros(1)}}, bare)  # the same path, no facts now
+    assert carried_model(bare) is None
+
