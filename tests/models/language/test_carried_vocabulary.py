@@ -126,3 +126,27 @@ def test_the_carried_model_is_read_from_every_layout_of_a_checkpoint(trained, tm
     torch.save({'state_dict': {'w': torch.zeros(1)}}, bare)  # the same path, no facts now
     assert carried_model(bare) is None
 
+
+def test_which_configs_take_the_carried_vocabulary(trained, tmp_path):
+    """A model_file naming a checkpoint (a zip: the one a dumped config read) still counts as
+    learned, a tokenizer type given as a class is read as its name is, and an unreadable file
+    leaves the config as it is (the load of its weights names what is wrong)."""
+    _, checkpoint, _ = trained
+    other = tmp_path / 'other.pth'
+    other.write_bytes(checkpoint.read_bytes())
+    dumped = tiny_retriever_cfg()
+    dumped['language_branch']['tokenizer'].update(model_file=str(other))
+    assert read_vocabulary_from(dumped, checkpoint)
+    assert dumped['language_branch']['tokenizer']['model_file'] == str(checkpoint)
+
+    by_class = tiny_retriever_cfg()
+    by_class['language_branch']['tokenizer']['type'] = SentencePieceTokenizer
+    assert read_vocabulary_from(by_class, checkpoint)
+    assert by_class['language_branch']['tokenizer']['model_file'] == str(checkpoint)
+
+    damaged = tmp_path / 'damaged.pth'
+    damaged.write_bytes(checkpoint.read_bytes()[:200])
+    learning = tiny_retriever_cfg()
+    before = copy.deepcopy(learning)
+    assert not read_vocabulary_from(learning, damaged)
+    assert learning == before
