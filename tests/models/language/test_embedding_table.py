@@ -97,3 +97,13 @@ def test_an_mbert_table_loads_with_the_default_width(tmp_path):
     torch.save(_mbert_release(table), tmp_path / 'pytorch_model.bin')
     embedding = TargetEmbedding(VOCAB, width=4, pretrained=str(tmp_path / 'pytorch_model.bin'))
     assert torch.equal(embedding.table.weight.detach(), table)
+
+
+def test_a_checkpoint_with_two_word_embedding_keys_gives_the_first_one_named(tmp_path):
+    """WORD_EMBEDDING_KEYS is an order of preference: ``bert.`` (BertForPreTraining) before a
+    bare BertModel's key, and the table read is the one the source names."""
+    preferred = torch.randn(VOCAB, WIDTH, generator=torch.Generator().manual_seed(5))
+    state = {**_mbert_release(torch.zeros(VOCAB, WIDTH), prefix=''), **_mbert_release(preferred)}
+    torch.save(state, tmp_path / 'pytorch_model.bin')
+    embedding = TargetEmbedding(VOCAB, width=4, table_width=WIDTH, pretrained=str(tmp_path))
+    assert torch.equal(embedding.table.weight.detach(), preferred)
