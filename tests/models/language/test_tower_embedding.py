@@ -1,9 +1,11 @@
 """The tower's own token embedding as the target branch's embedding block."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
-from xmr.models.language.tower_embedding import TowerTokenEmbedding
+from xmr.models.language.tower_embedding import TowerTokenEmbedding, check_tower_tokenizer
 from xmr.registry import MODELS
 
 
@@ -42,3 +44,13 @@ def test_a_target_tokenizer_other_than_the_tower_s_own_is_refused():
     branch['tokenizer'] = dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', max_length=24)
     MODELS.build(dict(type='CrossLingualRetriever', backbone=tiny_backbone_cfg(),
                       language_branch=branch))
+
+
+def test_a_tokenizer_that_cannot_list_its_vocabulary_is_not_compared():
+    """A digest of None on either side (a tokenizer that cannot list its vocabulary) is no
+    evidence of another vocabulary: nothing is refused."""
+    listed = SimpleNamespace(vocabulary_digest=lambda: '0123456789abcdef', vocab_size=10)
+    unlisted = SimpleNamespace(vocabulary_digest=lambda: None, vocab_size=10)
+    check_tower_tokenizer(listed, unlisted)
+    check_tower_tokenizer(unlisted, listed)
+    check_tower_tokenizer(unlisted, unlisted)
