@@ -204,3 +204,19 @@ def test_a_language_module_file_carries_its_tower_weights(backbone, tmp_path):
     load_language_module(fresh, path)
     tokens = fresh.tokenize(CAPTIONS)
     torch.testing.assert_close(fresh(tokens, ['de'] * 4), trained(tokens, ['de'] * 4))
+
+
+@pytest.mark.parametrize('pattern, count', [('embeddings.word_embeddings.*', 1),
+                                            ('layers.1.attention.self.*.weight', 3),
+                                            ('layers.1.*', 16)])
+def test_the_refusal_lists_at_most_three_unread_weights_and_counts_them(backbone, pattern,
+                                                                        count):
+    """The first three names, ``...`` only when more are left out, and the count with its
+    plural."""
+    names = [name for name, _ in backbone.text_tower.named_parameters()
+             if re.fullmatch(re.escape(pattern).replace(r'\*', '.*'), name)]
+    assert len(names) == count
+    listed = ', '.join(names[:3]) + (' ...' if count > 3 else '')
+    weights = f"{count} weight{'s' if count > 1 else ''}: "
+    with pytest.raises(ValueError, match=re.escape(f'never reads: {listed} ({weights}')):
+        build_own_table_branch(backbone, [pattern])
