@@ -424,3 +424,23 @@ def test_a_grouped_membership_keeps_the_configured_order_of_languages():
     assert membership.languages == ('de', 'zh', 'fr')
     assert membership.columns.tolist() == [2, 1, 2, 0]
     assert branch.membership(['zh', 'zh'], torch.device('cpu')) is None
+
+
+def test_languages_with_their_own_tower_weights_read_their_own_samples_condition(parts):
+    """Each language runs the tower alone on its tuned copies; its conditioned adapters still
+    read only its own samples' condition, as when its samples come alone."""
+    backbone, _ = parts
+    branch = MODELS.build(tiny_branch_cfg(adapters=[dict(type='_TestConditionScaleAdapter')],
+                                          tuned_weights=['ln_final.*']),
+                          default_args=dict(tower=backbone.text_tower))
+    randomise(branch.adapters, 1)
+    tokens = branch.tokenize(TEXTS)
+    generator = torch.Generator().manual_seed(4)
+    condition = {i: torch.randn(len(TEXTS), 4, 4, generator=generator) for i in range(3)}
+    with torch.no_grad():
+        mixed = branch(tokens, LANGS, condition)
+        for lang in dict.fromkeys(LANGS):
+            index = [i for i, code in enumerate(LANGS) if code == lang]
+            alone = branch(branch.tokenize([TEXTS[i] for i in index]), [lang] * len(index),
+                           {block: c[index] for block, c in condition.items()})
+            torch.testing.assert_close(mixed[index], alone, rtol=1e-5, atol=1e-5)
