@@ -722,11 +722,11 @@ def test_a_target_tokenizer_leaves_room_for_the_class_token_coca_appends(tmp_pat
     tower = _build('coca', tmp_path).text_tower
     assert (tower.context_length, tower.reserved_positions) == (32, 1)
 
-    def branch(max_length):
+    def branch(max_length, **options):
+        given = options if max_length is None else dict(options, max_length=max_length)
         return MODELS.build(dict(
             type='TargetLanguageBranch', languages=['de'],
-            tokenizer=dict(type='OpenCLIPTokenizer', model_name='ViT-B-32',
-                           max_length=max_length),
+            tokenizer=dict(type='OpenCLIPTokenizer', model_name='ViT-B-32', **given),
             adapters=[dict(type='SoftPrompt', num_tokens=3)]), default_args=dict(tower=tower))
 
     with pytest.raises(ValueError, match=re.escape(
@@ -734,6 +734,9 @@ def test_a_target_tokenizer_leaves_room_for_the_class_token_coca_appends(tmp_pat
             'tokens and 1 position(s) the tower fills itself; set tokenizer.max_length <= 28')):
         branch(29)
     assert branch(28).tokenizer.max_length == 28
+    # Left out, max_length is what fits: the context less the prompt tokens and the class token.
+    assert branch(None).tokenizer.max_length == 28
+    assert branch(None, pad_to=29).tokenizer.max_length == 28
 
 
 @pytest.mark.parametrize('family', ['xlmr', 'nllb'])
