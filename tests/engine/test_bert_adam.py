@@ -196,3 +196,15 @@ def test_a_step_runs_its_closure_with_gradients_and_returns_its_loss():
     optimizer = BertAdam([p], lr=0.1, max_grad_norm=None)
     assert float(optimizer.step(tripled_sum_closure(optimizer, p)).detach()) == 6.0
     assert p.grad.tolist() == [3.0, 3.0]
+
+
+def test_a_sparse_gradient_beside_dense_ones_in_a_group_is_refused():
+    """One sparse table among dense tensors is refused as a group of sparse tables is, not
+    left to fail inside the multi-tensor ops."""
+    table = torch.nn.Embedding(5, 2, sparse=True)
+    dense = torch.nn.Parameter(torch.ones(2))
+    table(torch.tensor([1])).sum().backward()
+    dense.grad = torch.ones(2)
+    with pytest.raises(RuntimeError, match='dense gradients only'):
+        BertAdam([dense, table.weight]).step()
+
