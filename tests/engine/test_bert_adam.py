@@ -208,3 +208,13 @@ def test_a_sparse_gradient_beside_dense_ones_in_a_group_is_refused():
     with pytest.raises(RuntimeError, match='dense gradients only'):
         BertAdam([dense, table.weight]).step()
 
+
+def test_a_zero_learning_rate_is_taken_and_moves_nothing():
+    """``lr >= 0``, as the error says and torch's optimisers take: a rate of 0 builds, and its
+    step leaves the weights where they were while the moments still gather the gradient."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    p.grad = torch.tensor([3.0, 4.0])
+    optimizer = BertAdam([p], lr=0.0, max_grad_norm=None)
+    optimizer.step()
+    assert p.tolist() == [1.0, -2.0]
+    assert optimizer.state[p]['exp_avg'].tolist() == pytest.approx([0.3, 0.4])
