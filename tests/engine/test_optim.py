@@ -388,3 +388,15 @@ def test_a_configured_group_that_matches_no_parameter_is_refused_at_build():
     configured = PhasedOptimWrapperConstructor(cfg, dict(groups=['language_branch.adapters']))
     assert {g['name'] for g in configured(TinyBranch(sparse=False)).optimizer.param_groups} == \
         {'language_branch', 'language_branch.adapters'}
+
+
+def test_parameters_on_two_devices_are_not_fused_even_where_both_have_kernels(monkeypatch):
+    """torch's fused Adam runs one kernel per device type and refuses a mix: parameters on two
+    devices keep the config as it is, even where each device alone would run fused."""
+    from torch.utils import _foreach_utils
+
+    monkeypatch.setattr(_foreach_utils, '_get_fused_kernels_supported_devices',
+                        lambda: ['cpu', 'meta'])
+    on_cpu, on_meta = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, device='meta'))
+    assert fused_by_default(dict(type='AdamW'), [on_cpu, on_meta]) == dict(type='AdamW')
+    assert fused_by_default(dict(type='AdamW'), [on_meta]) == dict(type='AdamW', fused=True)
