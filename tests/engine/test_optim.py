@@ -400,3 +400,13 @@ def test_parameters_on_two_devices_are_not_fused_even_where_both_have_kernels(mo
     on_cpu, on_meta = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, device='meta'))
     assert fused_by_default(dict(type='AdamW'), [on_cpu, on_meta]) == dict(type='AdamW')
     assert fused_by_default(dict(type='AdamW'), [on_meta]) == dict(type='AdamW', fused=True)
+
+
+def test_sparse_clipping_divides_by_the_norm_plus_torch_s_1e_6():
+    """As ``clip_grad_norm_``: a sparse gradient of norm 1e-6 capped at 1e-6 is halved,
+    ``1e-6 / (1e-6 + 1e-6)``, not left as it is."""
+    table = nn.Parameter(torch.zeros(4, 2))
+    table.grad = torch.sparse_coo_tensor([[1]], [[0.0, 1e-6]], (4, 2))
+    norm = clip_grad_norm_with_sparse([table], max_norm=1e-6)
+    assert float(norm) == pytest.approx(1e-6)
+    assert table.grad.to_dense()[1].tolist() == pytest.approx([0.0, 5e-7], rel=1e-5)
