@@ -406,7 +406,15 @@ def test_sparse_clipping_divides_by_the_norm_plus_torch_s_1e_6():
     """As ``clip_grad_norm_``: a sparse gradient of norm 1e-6 capped at 1e-6 is halved,
     ``1e-6 / (1e-6 + 1e-6)``, not left as it is."""
     table = nn.Parameter(torch.zeros(4, 2))
-    table.grad = torch.sparse_coo_tensor([[1]], [[0.0, 1e-6]], (4, 2))
+    table.grad = torch.sparse_coo_tensor([[1]], [[0.0, 1e-6]], (4, 2), check_invariants=True)
     norm = clip_grad_norm_with_sparse([table], max_norm=1e-6)
     assert float(norm) == pytest.approx(1e-6)
     assert table.grad.to_dense()[1].tolist() == pytest.approx([0.0, 5e-7], rel=1e-5)
+
+
+def test_sparse_clipping_without_gradients_returns_a_zero_norm():
+    """As ``clip_grad_norm_``: parameters without gradients (a phase that trains none of them)
+    clip nothing and measure 0."""
+    frozen = [nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3, 2))]
+    assert float(clip_grad_norm_with_sparse(frozen, max_norm=1.0)) == 0.0
+    assert all(p.grad is None for p in frozen)
