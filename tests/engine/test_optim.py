@@ -418,3 +418,18 @@ def test_sparse_clipping_without_gradients_returns_a_zero_norm():
     frozen = [nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3, 2))]
     assert float(clip_grad_norm_with_sparse(frozen, max_norm=1.0)) == 0.0
     assert all(p.grad is None for p in frozen)
+
+
+def test_matrices_named_as_norms_get_no_weight_decay():
+    """Decay is left off by name as well as by shape, as open_clip's training does: a matrix
+    under a ``norm`` or an ``ln_`` name (a norm's learnt projection) takes none, another one
+    does."""
+    model = nn.Module()
+    model.adapters = nn.Module()
+    model.adapters.proj = nn.Linear(2, 2, bias=False)
+    model.adapters.norm_mix = nn.Parameter(torch.ones(2, 2))
+    model.adapters.ln_gate = nn.Parameter(torch.ones(2, 2))
+    groups = build(model, weight_decay=0.2).optimizer.param_groups
+    decay = {id(p): g['weight_decay'] for g in groups for p in g['params']}
+    assert decay == {id(model.adapters.proj.weight): 0.2, id(model.adapters.norm_mix): 0.0,
+                     id(model.adapters.ln_gate): 0.0}
