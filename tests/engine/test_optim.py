@@ -433,3 +433,13 @@ def test_matrices_named_as_norms_get_no_weight_decay():
     decay = {id(p): g['weight_decay'] for g in groups for p in g['params']}
     assert decay == {id(model.adapters.proj.weight): 0.2, id(model.adapters.norm_mix): 0.0,
                      id(model.adapters.ln_gate): 0.0}
+
+
+def test_the_hybrid_optimizer_s_defaults_are_the_dense_optimizer_s():
+    """MMEngine's wrapper keeps ``optimizer.defaults`` as its base settings: those of the
+    dense optimiser (its weight decay, AdamW's ``amsgrad``), not SparseAdam's, which has no
+    decay."""
+    optimizer = build(TinyBranch(sparse=True), weight_decay=0.2).optimizer
+    assert optimizer.defaults == optimizer.dense.defaults
+    assert (optimizer.defaults['lr'], optimizer.defaults['weight_decay'],
+            optimizer.defaults['amsgrad']) == (LR, 0.2, False)
