@@ -218,3 +218,11 @@ def test_a_zero_learning_rate_is_taken_and_moves_nothing():
     optimizer.step()
     assert p.tolist() == [1.0, -2.0]
     assert optimizer.state[p]['exp_avg'].tolist() == pytest.approx([0.3, 0.4])
+
+
+def test_bert_cosine_with_a_floor_scales_the_cosine_into_the_rest():
+    """With ``min_ratio`` m the cosine spans ``[m, 1]``: at mid-phase ``m + (1 - m) / 2``
+    (0.6 for m = 0.2), not ``m`` added to the whole cosine (0.7, above 1 early on)."""
+    assert bert_cosine_factor(0.5, 0.1, min_ratio=0.2) == pytest.approx(0.6)
+    assert bert_cosine_factor(0.1, 0.1, min_ratio=0.2) == pytest.approx(
+        0.2 + 0.8 * 0.975528, abs=1e-6)
