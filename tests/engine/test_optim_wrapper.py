@@ -503,3 +503,27 @@ def test_a_loaded_state_keeps_the_config_s_settings_and_names_those_it_held_othe
         assert loading.resumed_setting_changes == changes
         moments = next(iter(loading.optimizer.state.values()))['exp_avg']
         assert torch.equal(moments, next(iter(saved.optimizer.state.values()))['exp_avg'])
+
+
+def test_a_loaded_state_compares_settings_by_value_and_length_and_leaves_the_rate_alone():
+    """An optimiser that keeps a group's list as given (SGD here, with a ``betas`` entry) may
+    hold the config's list beside the checkpoint's tuple of the same numbers: no change. A
+    tuple of other length is one. The rate is the loop's to set at every iteration, not a
+    setting: the checkpoint's scheduled rate stays and is no change."""
+    def built(betas):
+        weight = torch.nn.Parameter(torch.ones(2))
+        return OptimWrapper(optimizer=torch.optim.SGD(
+            [dict(params=[weight], name='adapters', betas=betas)], lr=0.1))
+
+    saved = built((0.9, 0.98))
+    saved.optimizer.param_groups[0]['lr'] = 0.025  # a scheduled rate at the save
+    state = saved.state_dict()
+    same = built([0.9, 0.98])
+    same.load_state_dict(dict(state))
+    assert same.resumed_setting_changes == ()
+    assert same.optimizer.param_groups[0]['betas'] == [0.9, 0.98]
+    assert same.optimizer.param_groups[0]['lr'] == 0.025
+    shorter = built((0.9,))
+    shorter.load_state_dict(dict(state))
+    assert shorter.resumed_setting_changes == (
+        "group 'adapters': betas=(0.9, 0.98) in the checkpoint, (0.9,) in the config",)
