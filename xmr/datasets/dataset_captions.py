@@ -61,10 +61,12 @@ def dataset_captions(dataset: Any, lang: str, limit: int | None = None,
         per_item = (getattr(record, field).get(lang, []) for record in dataset.records)
     elif hasattr(dataset, 'captions_of') and field == 'captions':
         per_item = (dataset.captions_of(i).get(lang, []) for i in range(len(dataset)))
-    else:
+    elif field == 'captions':
         raise NoCaptions(f'{type(dataset).__name__} exposes neither annotation records nor '
-                         f'captions_of' if field == 'captions' else f'{type(dataset).__name__} '
-                         f'exposes no annotation records to read {field} from')
+                         'captions_of')
+    else:
+        raise NoCaptions(f'{type(dataset).__name__} exposes no annotation records to read '
+                         f'{field} from')
     captions: list[str] = []
     for item in per_item:
         captions.extend(item)

@@ -149,11 +149,13 @@ class RetrievalDataPreprocessor(BaseDataPreprocessor):
         """
         from xmr.datasets.dataset_captions import dataset_captions
 
-        queried = {lang: self.query_texts(lang) for lang in langs}
-        texts = {lang: dataset_captions(dataset, lang, limit, field)
-                 for lang, (field, _) in queried.items()}
-        return {lang: self.count_caption_tokens(captions, lang, queried[lang][1])
-                for lang, captions in texts.items() if captions}
+        counts = {}
+        for lang in langs:
+            field, text_language = self.query_texts(lang)
+            captions = dataset_captions(dataset, lang, limit, field)
+            if captions:
+                counts[lang] = self.count_caption_tokens(captions, lang, text_language)
+        return counts
 
     def query_texts(self, lang: str) -> tuple[str, str | None]:
         """Which texts of an evaluation item the model embeds as ``lang``'s captions: the
