@@ -24,7 +24,6 @@ import os
 import os.path as osp
 import shlex
 import sys
-import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -339,44 +338,6 @@ def _test_loaders(runner) -> list:
     return getattr(loop, 'dataloaders', None) or [loop.dataloader]
 
 
-def test_sets(runner, model) -> list[dict]:
-    """Dataset, split and languages of every test set, as the result records them, with how
-    ``model`` reads each language's captions (:func:`caption_token_counts`)."""
-    from mmengine.logging import print_log
-
-    sets, started = [], time.perf_counter()
-    for loader in _test_loaders(runner):
-        metainfo = getattr(loader.dataset, 'metainfo', None) or {}
-        languages = list(metainfo.get('languages') or [])
-        sets.append(dict(dataset=metainfo.get('dataset', type(loader.dataset).__name__),
-                         split=metainfo.get('split'), languages=languages,
-                         caption_token_counts=caption_token_counts(model, loader.dataset,
-                                                                   languages)))
-    # A tokenizer reads some 5,000 to 10,000 captions a second on one core: a benchmark of
-    # 200 languages waits for this before its test, and is told why.
-    captions = sum(count['captions'] for test_set in sets
-                   for count in test_set['caption_token_counts'].values())
-    print_log(f'counted the tokens of the {captions:,} test captions, as the model reads each '
-              f'language, in {time.perf_counter() - started:.1f} s', logger='current')
-    return sets
-
-
-def caption_token_counts(model, dataset, languages: list[str]) -> dict[str, dict]:
-    """Per language of ``dataset``, how ``model``'s tokenizer for it reads all its captions,
-    as evaluation encodes them: ``{lang: {'captions', 'context', 'cut', 'pieces', 'unknown'}}``
-    (:class:`~xmr.models.language.caption_token_counts.CaptionTokenCounts`: ``cut`` the
-    captions longer than the ``context``, ``unknown`` the ``pieces`` the vocabulary lacks);
-    empty for a dataset that exposes no captions."""
-    from xmr.datasets.dataset_captions import NoCaptions
-
-    try:
-        counts = model.data_preprocessor.count_dataset_caption_tokens(dataset, languages)
-    except NoCaptions:
-        return {}
-    return {lang: dict(captions=row.captions, context=row.context, cut=row.cut,
-                       pieces=row.pieces, unknown=row.unknown) for lang, row in counts.items()}
-
-
 def summary_languages(runner) -> dict[str, list[str]]:
     """Per metric prefix, the languages its summaries (``mAR``, the sums) are over, as each
     retrieval metric recorded them while scoring (the source language is reported, not
@@ -423,7 +384,13 @@ def run_test(args: argparse.Namespace, cfg: Config):
     from xmr.datasets.held_out import check_test_held_out
     from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
-    from xmr.evaluation import EvaluationResult, comparable_entries, plain_metrics, scored_datasets
+    from xmr.evaluation import (
+        EvaluationResult,
+        comparable_entries,
+        evaluated_sets,
+        plain_metrics,
+        scored_datasets,
+    )
     from xmr.models.language.carried_vocabulary import read_vocabulary_from
 
     # A name of its own: a test in the process of its training (`tools/train.py --test`)
@@ -445,7 +412,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
     except (CheckpointMismatchError, ValueError) as error:
         raise SystemExit(f'error: {error}') from error
     # Counted before testing: a count that failed after it would lose the test's result.
-    evaluated_sets = test_sets(runner, model)
+    tested_sets = evaluated_sets(runner.test_loop, model, 'test')
     metrics = runner.test()
     seed = meta.get('seed')
     extra = {'tested_at': datetime.now(UTC).isoformat(timespec='seconds'),
@@ -461,7 +428,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
                             metrics=plain_metrics(metrics),
                             config=argument_text(str(args.config)),
                             checkpoint=argument_text(str(args.checkpoint)),
-                            test_sets=evaluated_sets,
+                            test_sets=tested_sets,
                             extra=extra, config_resolved=resolved(config_file(args.config)),
                             checkpoint_resolved=resolved(args.checkpoint)), scored
 

@@ -623,8 +623,7 @@ def test_a_legend_line_names_a_set_s_worst_languages_first_and_counts_the_rest()
         "- clip: captions longer than the model's text context (77 tokens), encoded cut (their "
         'recalls are of truncated text): ' + ', '.join(
             f'l{index:02d} {index + 1}.0% ({index + 1} of 100)' for index in range(11, 1, -1))
-        + ", and 2 more (the result's caption_token_counts); tools/caption_tokens.py counts "
-        'them')
+        + ', and 2 more; tools/caption_tokens.py counts them')
 
 
 def test_caption_token_counts_are_read_back_with_canonical_codes_and_bad_ones_named(tmp_path):

@@ -11,6 +11,7 @@ from xmr.evaluation.clip_benchmark import (
     scored_datasets,
     write_clip_benchmark,
 )
+from xmr.evaluation.evaluated_sets import evaluated_sets
 from xmr.evaluation.leaderboard import (
     EvaluationResult,
     format_table,
@@ -56,5 +57,5 @@ __all__ = [
     'leaderboard_markdown', 'leaderboard_table', 'load_result', 'plain_metrics', 'save_result',
     'save_result_files', 'write_csv', 'ScoredDataset', 'clip_benchmark_files',
     'clip_benchmark_records', 'clip_benchmark_texts', 'comparable_entries', 'scored_datasets',
-    'write_clip_benchmark',
+    'write_clip_benchmark', 'evaluated_sets',
 ]

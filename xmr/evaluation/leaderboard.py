@@ -73,7 +73,7 @@ __all__ = [
     'HEADLINES', 'LAYOUTS', 'RESULT_FORMAT', 'Headline', 'Column', 'EvaluationResult',
     'format_table', 'leaderboard_columns', 'leaderboard_table', 'leaderboard_markdown',
     'column_legend', 'mean_over_seeds', 'save_result', 'save_result_files', 'load_result',
-    'write_csv', 'result_json', 'csv_text', 'plain_metrics',
+    'write_csv', 'result_json', 'csv_text', 'plain_metrics', 'caption_token_lines',
 ]
 
 RESULT_FORMAT = 'xmr-test-result'
@@ -524,7 +524,8 @@ def _markdown_table(results: Sequence[EvaluationResult], layout: str) -> str:
         header[0] = 'language'  # and each summary, in the rows of the wide table's columns
     lines = column_legend(results) + _unreported_languages(results) + [
         _skipped_line(result) for result in results if result.skipped_media] + [
-        line for result in results for line in _caption_token_lines(result)]
+        line for result in results
+        for line in caption_token_lines(result.name, result.test_sets)]
     if any(result.seed_std for result in results):
         lines.append('a row over seeds: mean ± sample standard deviation (n - 1) of each value '
                      'over the seeds it names')
@@ -559,13 +560,14 @@ def _skipped_line(result: EvaluationResult) -> str:
             f'{each}; its recalls are over smaller galleries')
 
 
-def _caption_token_lines(result: EvaluationResult) -> list[str]:
-    """The legend lines of a row whose test sets hold captions longer than the model's text
-    context, or tokens its vocabulary lacks, as ``tools/test.py`` counts them (a test set's
-    ``caption_token_counts``): the languages with any captions cut, and those with a share of
-    unknown tokens of :data:`UNKNOWN_SHARE_SHOWN` or more, each set's worst first
+def caption_token_lines(name: str, test_sets: Sequence[dict[str, Any]]) -> list[str]:
+    """The legend lines, each beginning with ``name`` (a result's, ``validation``), of
+    ``test_sets`` (a result's, :func:`~xmr.evaluation.evaluated_sets.evaluated_sets`) that hold
+    captions longer than the model's text context, or tokens its vocabulary lacks, as each set's
+    ``caption_token_counts`` counts them: the languages with any captions cut, and those with a
+    share of unknown tokens of :data:`UNKNOWN_SHARE_SHOWN` or more, each set's worst first
     (:func:`_worst_first`); none where no language is either."""
-    counts = [test_set.get('caption_token_counts') or {} for test_set in result.test_sets]
+    counts = [test_set.get('caption_token_counts') or {} for test_set in test_sets]
     contexts = {count['context'] for per_lang in counts for count in per_lang.values()
                 if count['cut']}
     # One context is said once; tokenizers of other contexts (a source tower's 77, a target
@@ -581,12 +583,12 @@ def _caption_token_lines(result: EvaluationResult) -> list[str]:
         return (share, '') if share >= UNKNOWN_SHARE_SHOWN else None
 
     lines = []
-    if cut_shares := _worst_first(result.test_sets, counts, cut):
+    if cut_shares := _worst_first(test_sets, counts, cut):
         context = f' ({contexts.pop()} tokens)' if len(contexts) == 1 else ''
-        lines.append(f"{result.name}: captions longer than the model's text context{context}, "
+        lines.append(f"{name}: captions longer than the model's text context{context}, "
                      f'encoded cut (their recalls are of truncated text): {cut_shares}')
-    if unknown_shares := _worst_first(result.test_sets, counts, unknown):
-        lines.append(f'{result.name}: tokens its vocabulary lacks, read as unknown (the words '
+    if unknown_shares := _worst_first(test_sets, counts, unknown):
+        lines.append(f'{name}: tokens its vocabulary lacks, read as unknown (the words '
                      f'they stand for are lost): {unknown_shares} of the tokens')
     return [f'{line}; tools/caption_tokens.py counts them' for line in lines]
 
@@ -606,8 +608,7 @@ def _worst_first(test_sets: Sequence[dict[str, Any]], counts: Sequence[dict[str,
         text = ', '.join(f'{lang} {100 * share:.1f}%{note}'
                          for (share, note), lang in shares[:LANGUAGES_NAMED])
         if len(shares) > LANGUAGES_NAMED:
-            text += (f', and {len(shares) - LANGUAGES_NAMED} more (the result\'s '
-                     'caption_token_counts)')
+            text += f', and {len(shares) - LANGUAGES_NAMED} more'
         named.append(f"{test_set.get('dataset')}: {text}" if len(test_sets) > 1 else text)
     return '; '.join(named)
 

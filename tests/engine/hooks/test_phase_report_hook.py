@@ -76,8 +76,42 @@ def test_a_resumed_run_reports_the_phases_validated_before_the_interruption(tmp_
     assert [(c['column'], c['iter']) for c in resumed] == [
         (c['column'], c['iter']) for c in expected]
     assert [c['metrics'] for c in resumed] == [c['metrics'] for c in expected]
-    assert (interrupted / 'phase_report.md').read_text().splitlines()[0] == \
-        (uninterrupted / 'phase_report.md').read_text().splitlines()[0]
+    assert (interrupted / 'phase_report.md').read_text() == \
+        (uninterrupted / 'phase_report.md').read_text()
+
+
+def test_the_report_names_the_languages_whose_validation_captions_the_model_reads_cut(tmp_path):
+    """Below the table, each language with validation captions longer than its tokenizer's
+    context, counted as the tokenizer's own truncation counter counts an evaluation batch of
+    them, and no other language; then those read as unknown tokens."""
+    torch.manual_seed(0)
+    runner, _ = train(report_cfg(tmp_path))
+    dataset = runner.val_loop.dataloader.dataset
+    preprocessor = runner.model.data_preprocessor
+    shares = {}
+    for lang in VAL_LANGS:
+        tokenizer = (preprocessor.source_tokenizer if lang == 'en'
+                     else preprocessor.target_tokenizer)
+        captions = [text for index in range(len(dataset))
+                    for text in dataset.captions_of(index)[lang]]
+        tokenizer.truncated = 0
+        tokenizer.evaluation_batch(captions, [lang] * len(captions))
+        if tokenizer.truncated:
+            shares[lang] = (f'{100 * tokenizer.truncated / len(captions):.1f}% '
+                            f'({tokenizer.truncated} of {len(captions)})')
+    assert shares and 'en' not in shares   # the 48-piece branch cuts, CLIP's BPE does not
+    table, legend = (tmp_path / 'phase_report.md').read_text().split('\n\n')
+    assert table.startswith('| language |')
+    worst_first = sorted(shares, key=lambda lang: -float(shares[lang].split('%')[0]))
+    cut, unknown = legend.splitlines()
+    assert cut == (
+        "- validation: captions longer than the model's text context (32 tokens), encoded cut "
+        '(their recalls are of truncated text): '
+        + ', '.join(f'{lang} {shares[lang]}' for lang in worst_first)
+        + '; tools/caption_tokens.py counts them')
+    # Chinese through a vocabulary learned from Latin script (counted as tools/test.py counts).
+    assert unknown.startswith('- validation: tokens its vocabulary lacks, read as unknown (the '
+                              'words they stand for are lost): zh ')
 
 
 def test_validations_repeated_after_a_resume_replace_their_restored_columns(tmp_path):
@@ -144,9 +178,10 @@ def test_only_the_main_process_writes_the_report(tmp_path, monkeypatch):
     metrics = {'en/AR': 80.0, 'de/AR': 40.0, 'mAR': 40.0}
     monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: False)
     hook = PhaseReportHook()
+    hook.before_train(SimpleNamespace(**vars(runner), val_loop=object()))  # rank 1: not read
     hook.after_val_epoch(runner, metrics)
     hook.after_train(runner)
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [] and hook.validation_sets == []
     monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: True)
     hook.after_val_epoch(runner, metrics)
     assert read_report(tmp_path) == [{'column': 'eval', 'iter': 0, 'metrics': metrics}]

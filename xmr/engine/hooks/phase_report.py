@@ -10,7 +10,14 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from xmr.evaluation.leaderboard import format_table, leaderboard_columns, plain_metrics
+from xmr.engine.wrappers import unwrap_model
+from xmr.evaluation.evaluated_sets import evaluated_sets
+from xmr.evaluation.leaderboard import (
+    caption_token_lines,
+    format_table,
+    leaderboard_columns,
+    plain_metrics,
+)
 from xmr.fileio import atomic_write_text
 from xmr.json_files import JSONFileError, load_json
 from xmr.registry import HOOKS
@@ -32,6 +39,11 @@ class PhaseReportHook(Hook):
     dir (a fork); a checkpoint of an earlier xmr without them resumes the columns of its work
     dir's JSON.
 
+    Below the table, the languages whose validation captions the model reads cut (longer than
+    its text context) or as unknown tokens are named, as ``tools/test.py`` names them below its
+    leaderboard: a language's low recall may be its captions' loss, not the method's. They are
+    counted as training begins.
+
     Args:
         metric: per-language metric key suffix (``'{lang}/<metric>'``); ``None``: ``AR``, or
             where the validation reports none, the statistic the leaderboard tabulates its
@@ -46,6 +58,14 @@ class PhaseReportHook(Hook):
         self.given = (metric, mean_key)
         #: ``(label, iteration, metrics)`` per validation, in order.
         self.columns: list[tuple[str, int, dict[str, float]]] = []
+        #: The validation's datasets with their ``caption_token_counts`` (:func:`evaluated_sets`),
+        #: counted by the main process as training begins.
+        self.validation_sets: list[dict] = []
+
+    def before_train(self, runner) -> None:
+        if runner.val_loop is not None and is_main_process():
+            self.validation_sets = evaluated_sets(runner.val_loop, unwrap_model(runner.model),
+                                                  'validation')
 
     def after_val_epoch(self, runner, metrics: dict | None = None) -> None:
         if not metrics:
@@ -103,6 +123,13 @@ class PhaseReportHook(Hook):
                 return headline.per_language, mean_key or headline.summary
         return metric or 'AR', mean_key or 'mAR'
 
+    def report(self) -> str:
+        """:meth:`table` and below it, a line each, the languages whose validation captions
+        are read cut or as unknown tokens (:func:`caption_token_lines`)."""
+        legend = '\n'.join(f'- {line}' for line in caption_token_lines('validation',
+                                                                       self.validation_sets))
+        return f'{self.table()}\n\n{legend}' if legend else self.table()
+
     def table(self) -> str:
         header = ['language', *(label for label, _, _ in self.columns)]
         rows = [[label, *(f'{m[key]:.2f}' if key in m else '-' for _, _, m in self.columns)]
@@ -131,7 +158,7 @@ class PhaseReportHook(Hook):
     def _write(self, out: Path) -> None:
         if not is_main_process():  # a work dir is rank 0's (a node's own disk too)
             return
-        atomic_write_text(out / 'phase_report.md', self.table() + '\n')
+        atomic_write_text(out / 'phase_report.md', self.report() + '\n')
         atomic_write_text(out / 'phase_report.json', json.dumps(self._records(), indent=2))
 
     def _records(self) -> list[dict]:
@@ -140,7 +167,7 @@ class PhaseReportHook(Hook):
     def after_train(self, runner) -> None:
         if not self.columns:
             return
-        runner.logger.info(f'{self.metric} per language across phases:\n{self.table()}')
+        runner.logger.info(f'{self.metric} per language across phases:\n{self.report()}')
         self._write(Path(runner.work_dir))
 
 
