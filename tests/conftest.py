@@ -42,6 +42,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker('slow') is None)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """A report's text with a lone surrogate (a path of bytes that are not UTF-8, which the
+    tests of such paths print or log) made UTF-8, its surrogates escaped: pytest-xdist sends a
+    worker's reports to the controller as UTF-8, and one it cannot encode ended the whole run in
+    an INTERNALERROR, without its summary, its failures listed or its slowest tests."""
+    outcome = yield
+    report = outcome.get_result()
+    # A passed teardown's report carries the test's captured log too.
+    report.sections = [(title, _utf8(content)) for title, content in report.sections]
+    if report.failed and _utf8(text := str(report.longrepr)) != text:
+        report.longrepr = _utf8(text)
+
+
+def _utf8(text: str) -> str:
+    return text.encode('utf-8', 'backslashreplace').decode('utf-8')
+
+
 #: A mixed-language training batch of four 32 px images (German and Chinese captions), the
 #: retriever tests' common input. Its media have their own seed: at import, the global stream's
 #: state depends on what was collected before.

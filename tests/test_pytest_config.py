@@ -1,6 +1,8 @@
-"""The suite's own settings: a hung test fails on its own, well inside CI's limit."""
+"""The suite's own settings: a hung test fails on its own, well inside CI's limit, and a
+failure pytest-xdist cannot send as it is does not end the run."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -25,3 +27,24 @@ def test_the_configured_timeout_leaves_ci_time_for_the_other_tests(pytestconfig)
     timeout = float(pytestconfig.getini('timeout'))
     # One hang costs a worker at most this long: under a third of CI's limit.
     assert 60 <= timeout <= CI_LIMIT_S / 3
+
+
+def test_a_failure_naming_bytes_that_are_not_utf8_is_reported_by_an_xdist_worker(tmp_path):
+    """The failure's text and its captured log hold a lone surrogate (a file named in Latin-1
+    bytes): the worker reports them escaped, and the run ends with its summary, not in an
+    INTERNALERROR."""
+    failing = tmp_path / 'test_latin1.py'
+    failing.write_text(
+        'import logging\nimport os\n\n\ndef test_latin1():\n'
+        "    logging.getLogger('x').warning(os.fsdecode(b'logged mod\\xe8le'))\n"
+        "    assert os.fsdecode(b'mod\\xe8le') == 'modele'\n")
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-c', str(REPO / 'pyproject.toml'), '--rootdir',
+         str(tmp_path), '-p', 'no:cacheprovider', '-p', 'tests.conftest', '-n', '1',
+         str(failing)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert 'INTERNALERROR' not in result.stdout, result.stdout
+    assert result.returncode == 1 and '1 failed' in result.stdout
+    assert "AssertionError: assert 'mod\\udce8le' == 'modele'" in result.stdout
+    assert 'logged mod\\udce8le' in result.stdout
