@@ -67,3 +67,22 @@ def test_back_translations_are_read_from_the_records_alone():
     with pytest.raises(NoCaptions, match='^SyntheticRetrievalDataset exposes no annotation '
                                          'records to read back_translations from$'):
         dataset_captions(gallery, 'de', field='back_translations')
+
+
+def test_a_cached_gallery_gives_the_captions_of_the_dataset_it_caches(tmp_path):
+    """A validation or test gallery wrapped in a ``CachedFeatureDataset`` (its features cached
+    by ``FeatureCacheHook``) exposes neither records nor ``captions_of``: its captions went
+    uncounted by ``tools/test.py`` and the phase report, and ``tools/caption_tokens.py`` said
+    the config had none."""
+    from xmr.engine.feature_cache import CachedFeatureDataset
+
+    gallery = dict(type='SyntheticRetrievalDataset', num_scenes=3, languages=['en', 'de'],
+                   split='val', image_size=32, seed=0, captions_per_image=2)
+    cached = CachedFeatureDataset(gallery, cache_dir=str(tmp_path / 'cache'))
+    plain = SyntheticRetrievalDataset(**{k: v for k, v in gallery.items() if k != 'type'})
+    expected = [caption for i in range(3) for caption in plain[i]['captions']['de']]
+    assert len(expected) == 6
+    assert dataset_captions(cached, 'de') == expected
+    with pytest.raises(NoCaptions, match='^SyntheticRetrievalDataset exposes no annotation '
+                                         'records to read back_translations from$'):
+        dataset_captions(cached, 'de', field='back_translations')
