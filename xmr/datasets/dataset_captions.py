@@ -52,16 +52,15 @@ def dataset_captions(dataset: Any, lang: str, limit: int | None = None,
     source language (:class:`~xmr.datasets.annotation.MediaRecord`'s field).
 
     Reads annotation records (:class:`~xmr.datasets.base.MediaCaptionDataset`'s ``records``) or
-    the synthetic sets' ``captions_of``, without loading any media; those of the dataset a
-    wrapper holds as its ``dataset`` (a cached gallery's
-    :class:`~xmr.engine.feature_cache.CachedFeatureDataset`, item for item).
+    the synthetic sets' ``captions_of``, without loading any media; of a cached gallery
+    (:class:`~xmr.engine.feature_cache.CachedFeatureDataset`), those of the dataset it caches.
 
     Raises:
         NoCaptions: a dataset that exposes neither (nor, for another ``field``, records).
     """
-    while not hasattr(dataset, 'records') and not hasattr(dataset, 'captions_of') and \
-            hasattr(dataset, 'dataset'):
-        dataset = dataset.dataset
+    from xmr.engine.feature_cache.dataset import source_dataset  # it imports xmr.datasets
+
+    dataset = source_dataset(dataset)
     if hasattr(dataset, 'records'):
         per_item = (getattr(record, field).get(lang, []) for record in dataset.records)
     elif hasattr(dataset, 'captions_of') and field == 'captions':
