@@ -113,6 +113,16 @@ def test_shape_mismatch_is_an_error():
         ranks_from_scores(torch.rand(2, 3), torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2]))
 
 
+def test_a_gallery_group_shorter_than_the_gallery_is_an_error():
+    """A ``gallery_group`` naming 2 of 3 gallery columns is refused, not ranked.
+
+    Without the check the third column would never be compared with anything a query's
+    positives are looked up in, and the ranks would come back silently from a partial gallery.
+    """
+    with pytest.raises(ValueError, match=r'gallery_group \[3\], got \(2,\) and \(2,\)'):
+        ranks_from_scores(torch.rand(2, 3), torch.tensor([0, 1]), torch.tensor([0, 1]))
+
+
 def test_ranks_from_topk_standard_and_grouped():
     gallery_group = torch.tensor([0, 0, 1, 2, 2, 3])
     indices = torch.tensor([
