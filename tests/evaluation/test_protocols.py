@@ -9,6 +9,8 @@ from xmr.evaluation.protocols import (
     PROTOCOLS,
     LanguageGallery,
     MediaSearchers,
+    check_folds,
+    check_recall_ks,
     coco_1k_folds,
     evaluate_language,
     evaluate_protocol,
@@ -16,6 +18,7 @@ from xmr.evaluation.protocols import (
     xtd10_fewshot_split,
 )
 from xmr.evaluation.search import FaissSearcher
+from xmr.evaluation.token_scoring import TokenSet
 
 
 def _gallery_from_scores(scores: torch.Tensor, caption_media: torch.Tensor) -> LanguageGallery:
@@ -396,3 +399,72 @@ def test_both_directions_rank_from_one_caption_media_product():
     with FlopCounterMode(display=False) as counter:
         evaluate_language(gallery)
     assert counter.get_total_flops() == 2 * 18 * 12 * 6
+
+
+def test_a_repeated_fold_is_refused():
+    """``folds=(1, 1)`` would weigh fold 1 twice in the mean over folds: it is refused, both by
+    :func:`check_folds` and by the galleries of ``coco_1k_5fold``."""
+    with pytest.raises(ValueError, match='repeat fold 1'):
+        check_folds(5, (1, 0, 1))
+    with pytest.raises(ValueError, match='repeat fold 1'):
+        protocol_galleries('coco_1k_5fold', 10, gallery_size=10, folds=(1, 1))
+
+
+def test_chosen_folds_are_returned_in_the_order_given_with_their_boundaries():
+    """Ten media in five folds of two: fold 3 is media 6-7 and fold 1 media 2-3, in the order the
+    caller named them (the galleries line up with the folds asked for)."""
+    galleries = protocol_galleries('coco_1k_5fold', 10, gallery_size=10, folds=(3, 1))
+    assert [g.tolist() for g in galleries] == [[6, 7], [2, 3]]
+
+
+def test_zero_folds_is_a_value_error_not_a_division_by_zero():
+    """``num_folds=0`` is refused with the folds message, before ``num_media % 0``."""
+    with pytest.raises(ValueError, match='cannot be split into 0 equal folds'):
+        coco_1k_folds(10, 0)
+
+
+def test_a_gallery_larger_than_the_protocol_is_refused():
+    """COCO 5K on 5,001 media (an extra image) is not the protocol: refused like 4,999 is."""
+    with pytest.raises(ValueError, match='defined on 5000 media, the evaluation set has 5001'):
+        protocol_galleries('coco_5k', 5001)
+
+
+def test_fewshot_galleries_follow_the_split_seed_and_shots():
+    """``xtd10_fewshot`` with ``shots=10, split_seed=7``: the test images are those past the first
+    20 of the seed-7 permutation, computed here from ``torch.randperm``."""
+    perm = torch.randperm(1000, generator=torch.Generator().manual_seed(7)).tolist()
+    galleries = protocol_galleries('xtd10_fewshot', 1000, shots=10, split_seed=7)
+    assert [g.tolist() for g in galleries] == [perm[20:]]
+
+
+def test_zero_shots_is_refused():
+    """``shots=0`` would leave train and val empty: refused, as is ``shots=1`` allowed."""
+    with pytest.raises(ValueError, match='got 0'):
+        xtd10_fewshot_split(num_images=10, shots=0)
+    split = xtd10_fewshot_split(num_images=10, shots=1)
+    assert (len(split.train), len(split.val), len(split.test)) == (1, 1, 8)
+
+
+def test_no_recall_k_or_no_direction_is_refused():
+    """An empty ``recall_ks`` (AR would divide by zero) and empty ``directions`` (an empty
+    summary) are errors, not silent results."""
+    with pytest.raises(ValueError, match='recall_ks must be positive integers, got \\(\\)'):
+        check_recall_ks(())
+    gallery = _gallery_from_scores(torch.eye(2), torch.arange(2))
+    with pytest.raises(ValueError, match='non-empty subset'):
+        evaluate_language(gallery, directions=())
+
+
+def test_captions_of_another_dimension_than_the_media_are_refused():
+    """Captions of dimension 4 against media of dimension 3 are refused on construction, naming
+    both dimensions."""
+    with pytest.raises(ValueError, match='captions have dimension 4, media 3'):
+        LanguageGallery(torch.eye(3), torch.ones(2, 4), torch.tensor([0, 1]))
+
+
+def test_token_sets_for_only_one_side_are_refused():
+    """A gallery with media token sets but no caption token sets could not be token-scored: it
+    is refused on construction."""
+    media_tokens = TokenSet(torch.ones(2, 1, 2), torch.ones(2, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match='both media and captions or for none'):
+        LanguageGallery(torch.eye(2), torch.eye(2), torch.arange(2), media_tokens=media_tokens)
