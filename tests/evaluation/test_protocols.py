@@ -468,3 +468,40 @@ def test_token_sets_for_only_one_side_are_refused():
     media_tokens = TokenSet(torch.ones(2, 1, 2), torch.ones(2, 1, dtype=torch.bool))
     with pytest.raises(ValueError, match='both media and captions or for none'):
         LanguageGallery(torch.eye(2), torch.eye(2), torch.arange(2), media_tokens=media_tokens)
+
+
+def test_an_approximate_search_with_chunk_size_none_takes_the_searchers_default():
+    """``chunk_size=None`` (a config's unset value) means the searcher's own default: it is not
+    passed on to the approximate index, which would refuse it. Four one-hot media, each caption
+    its own media: every recall is 100."""
+    gallery = LanguageGallery(torch.eye(4), torch.eye(4), torch.arange(4))
+    summary = evaluate_language(gallery, search=dict(index='hnsw', chunk_size=None))
+    assert summary['t2i_R@1'] == summary['i2t_R@1'] == 100.0
+
+
+def test_media_searchers_keep_the_media_index_across_languages_not_the_caption_one(monkeypatch):
+    """Two languages over the same media, both directions approximate: the media index is built
+    once (t2i) and each language builds its own caption index (i2t), 3 builds in all. Were the
+    caption index kept in its place, every language would rebuild the media index (4 builds)."""
+    built = []
+
+    class CountingSearcher(FaissSearcher):
+        def __init__(self, gallery, **options):
+            built.append(gallery.shape[0])
+            super().__init__(gallery, **options)
+
+    monkeypatch.setattr('xmr.evaluation.protocols.FaissSearcher', CountingSearcher)
+    media = torch.eye(4)
+    searchers = MediaSearchers()
+    for captions in (torch.eye(4), torch.eye(4)[[0, 0, 1, 2, 3]]):
+        caption_media = captions.argmax(dim=1)
+        evaluate_language(LanguageGallery(media, captions, caption_media),
+                          search=dict(index='hnsw'), media_searchers=searchers)
+    assert built == [4, 4, 5]
+
+
+def test_a_caption_of_media_row_minus_one_is_refused():
+    """``caption_media = -1`` would silently index the last media row: refused like a row past
+    the end."""
+    with pytest.raises(ValueError, match='index the 2 media rows'):
+        LanguageGallery(torch.eye(2), torch.eye(2), torch.tensor([-1, 0]))
