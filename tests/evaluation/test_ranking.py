@@ -145,6 +145,16 @@ def test_a_list_ordered_for_the_tie_rule_puts_each_positive_after_the_negatives_
     assert ties_against_query(scores, positive).tolist() == [[3, 1, 0, 2]]
 
 
+def test_a_positive_tied_with_a_hundred_item_list_goes_last():
+    """A collapsed list of 100 equal scores (the size where torch's unstable sort reorders ties)
+    with its positive first: the positive goes after all 99 negatives, and the negatives keep
+    their list order, so the query ranks 100, not wherever a sort left it."""
+    scores = torch.zeros(1, 100)
+    positive = torch.zeros(1, 100, dtype=torch.bool)
+    positive[0, 0] = True
+    assert ties_against_query(scores, positive).tolist() == [list(range(1, 100)) + [0]]
+
+
 def test_topk_lists_must_be_one_row_per_query():
     # A flat [k] list would broadcast against the [Q] groups into a [Q, k] grid of nonsense.
     with pytest.raises(ValueError, match=r'indices must be \[Q, k\] with Q = 3, got \(3,\)'):
