@@ -1,12 +1,18 @@
 import json
 import logging
 import pickle
+from pathlib import Path
 
 import pytest
 import sentencepiece
 import torch
 
-from tests.conftest import CORPUS, UNCACHED_TOKENIZER, check_offline_tokenizer_error
+from tests.conftest import (
+    CORPUS,
+    SHARED_DATA,
+    UNCACHED_TOKENIZER,
+    check_offline_tokenizer_error,
+)
 from tests.models.backbones.open_clip_families import gemma_snapshot
 from xmr.models.language.tokenizers import (
     BaseTokenizer,
@@ -563,23 +569,33 @@ def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, 
     assert torch.equal(told(texts)['input_ids'], reference)
 
 
-def xlmr_tokenizer_files(shared_data, tmp_path, post_processor: bool | dict):
-    """XLM-R's tokenizer.json in ``tmp_path`` (without its post-processor, which appends
-    ``</s>``, unless ``post_processor``; with this one if it is one) and a transformers folder
-    of it, ``tmp_path/folder``."""
-    import json
-
+@pytest.fixture(scope='module')
+def xlmr_tokenizer_files(tmp_path_factory):
+    """A function of ``post_processor`` giving a folder with XLM-R's tokenizer.json (without
+    its post-processor, which appends ``</s>``, unless ``post_processor``; with this one if it
+    is one) and a transformers folder of it, ``folder``. Written once per post-processor in
+    the module: writing and reading the 17 MB file again took most of this module's time."""
     from transformers import PreTrainedTokenizerFast
 
-    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text(
-        encoding='utf-8'))
-    if post_processor is not True:
-        spec['post_processor'] = post_processor or None
-    path = tmp_path / 'tokenizer.json'
-    path.write_text(json.dumps(spec), encoding='utf-8')
-    PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token='<pad>').save_pretrained(
-        tmp_path / 'folder')
-    return path
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f'real data fixtures not found at {SHARED_DATA}')
+    written = {}
+
+    def files(post_processor: bool | dict) -> Path:
+        key = json.dumps(post_processor, sort_keys=True)
+        if key not in written:
+            spec = json.loads((SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json')
+                              .read_text(encoding='utf-8'))
+            if post_processor is not True:
+                spec['post_processor'] = post_processor or None
+            folder = tmp_path_factory.mktemp('xlmr')
+            (folder / 'tokenizer.json').write_text(json.dumps(spec), encoding='utf-8')
+            PreTrainedTokenizerFast(tokenizer_file=str(folder / 'tokenizer.json'),
+                                    pad_token='<pad>').save_pretrained(folder / 'folder')
+            written[key] = folder
+        return written[key]
+
+    return files
 
 
 def open_clip_ids(folder, caption: str) -> list[int]:
@@ -591,22 +607,22 @@ def open_clip_ids(folder, caption: str) -> list[int]:
 
 @pytest.mark.parametrize('post_processor', [True, False], ids=['with_end_token', 'without'])
 def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
-        shared_data, tmp_path, post_processor):
+        xlmr_tokenizer_files, post_processor):
     """A tokenizer whose post-processor appends no end token is cut to its first max_length
     ids, as Hugging Face's (and so open_clip's) truncation does; the caption's last piece is no
     end token to keep. XLM-R's own keeps its ``</s>``."""
-    path = xlmr_tokenizer_files(shared_data, tmp_path, post_processor)
+    files = xlmr_tokenizer_files(post_processor)
     caption = 'one two three four five six seven eight nine ten eleven twelve'
-    expected = open_clip_ids(tmp_path / 'folder', caption)
+    expected = open_clip_ids(files / 'folder', caption)
     assert (expected[-1] == 2) == post_processor  # XLM-R's </s>
-    for tokenizer in (HFTokenizer(tokenizer_file=str(path), max_length=8),
-                      HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
+    for tokenizer in (HFTokenizer(tokenizer_file=str(files / 'tokenizer.json'), max_length=8),
+                      HFTokenizer(name_or_path=str(files / 'folder'), max_length=8)):
         assert tokenizer([caption])['input_ids'][0].tolist() == expected
         assert tokenizer.truncated == 1
 
 
 def test_two_appended_end_tokens_are_both_kept_by_truncation_as_open_clip_keeps_them(
-        shared_data, tmp_path):
+        xlmr_tokenizer_files):
     """A post-processor appending ``</s>`` and a language code, as mBART-cc25's and legacy
     NLLB's (``pieces </s> en_XX``; ``<mask>`` stands in for the code here): a long caption
     keeps both, as Hugging Face's truncation (and so open_clip's) keeps them, and its pieces
@@ -617,12 +633,12 @@ def test_two_appended_end_tokens_are_both_kept_by_truncation_as_open_clip_keeps_
                            *({'SpecialToken': {'id': t, 'type_id': 0}} for t in special)],
                 'special_tokens': {t: {'id': t, 'ids': ids, 'tokens': [t]}
                                    for t, ids in special.items()}}
-    path = xlmr_tokenizer_files(shared_data, tmp_path, template)
+    files = xlmr_tokenizer_files(template)
     caption = 'one two three four five six seven eight nine ten eleven twelve'
-    expected = open_clip_ids(tmp_path / 'folder', caption)
+    expected = open_clip_ids(files / 'folder', caption)
     assert expected[-2:] == [2, 250001]
-    for tokenizer in (HFTokenizer(tokenizer_file=str(path), max_length=8),
-                      HFTokenizer(name_or_path=str(tmp_path / 'folder'), max_length=8)):
+    for tokenizer in (HFTokenizer(tokenizer_file=str(files / 'tokenizer.json'), max_length=8),
+                      HFTokenizer(name_or_path=str(files / 'folder'), max_length=8)):
         assert tokenizer([caption])['input_ids'][0].tolist() == expected
         assert tokenizer.pieces('one two') == tokenizer.encode('one two')[:-2]
 
@@ -655,15 +671,15 @@ def test_an_xlmr_snapshot_reads_as_transformers_4_ran_its_file_on_both_routes(sh
 
 
 def test_a_caption_ending_in_its_own_special_token_is_cut_as_one_without_an_end_token(
-        shared_data, tmp_path):
+        xlmr_tokenizer_files):
     """A tokenizer whose post-processor appends nothing keeps a caption's first max_length ids
     also when the caption's own last piece is a special token (``<unk>`` of an unknown
     character), as Hugging Face and open_clip cut it: that piece is no end token."""
-    path = xlmr_tokenizer_files(shared_data, tmp_path, post_processor=False)
+    files = xlmr_tokenizer_files(post_processor=False)
     caption = 'one two three four five six seven eight nine ten eleven \u0378'
-    tokenizer = HFTokenizer(tokenizer_file=str(path), max_length=8)
+    tokenizer = HFTokenizer(tokenizer_file=str(files / 'tokenizer.json'), max_length=8)
     assert tokenizer.encode(caption)[-1] == 3  # XLM-R's <unk>, a special token
-    expected = open_clip_ids(tmp_path / 'folder', caption)
+    expected = open_clip_ids(files / 'folder', caption)
     assert tokenizer([caption])['input_ids'][0].tolist() == expected
     assert expected[-1] != 3
 
@@ -961,19 +977,31 @@ def test_open_clip_tokenizer_refuses_other_tokenizers_and_unknown_names_before_a
         OpenCLIPTokenizer('ViT-B-32-typo')
 
 
+@pytest.fixture(scope='module')
+def left_truncating_xlmr_folder(tmp_path_factory) -> Path:
+    """An XLM-R snapshot whose config says ``truncation_side='left'``, written once."""
+    from transformers import XLMRobertaTokenizerFast
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f'real data fixtures not found at {SHARED_DATA}')
+    folder = tmp_path_factory.mktemp('xlmr_left')
+    XLMRobertaTokenizerFast(
+        tokenizer_file=str(SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'),
+        truncation_side='left').save_pretrained(folder)
+    return folder
+
+
 @pytest.mark.parametrize('source', ['name_or_path', 'tokenizer_file'])
 def test_a_tokenizer_that_truncates_on_the_left_is_cut_as_hugging_face_cuts_it(
-        shared_data, tmp_path, source):
+        left_truncating_xlmr_folder, source):
     """``truncation_side='left'`` in the snapshot's config: the start token, the caption's last
     pieces and the end token, the ids transformers' tokenizer gives."""
-    from transformers import AutoTokenizer, XLMRobertaTokenizerFast
+    from transformers import AutoTokenizer
 
-    XLMRobertaTokenizerFast(
-        tokenizer_file=str(shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json'),
-        truncation_side='left').save_pretrained(tmp_path)
-    path = tmp_path if source == 'name_or_path' else tmp_path / 'tokenizer.json'
+    folder = left_truncating_xlmr_folder
+    path = folder if source == 'name_or_path' else folder / 'tokenizer.json'
     tokenizer = HFTokenizer(**{source: str(path)}, max_length=6)
-    reference = AutoTokenizer.from_pretrained(str(tmp_path))
+    reference = AutoTokenizer.from_pretrained(str(folder))
     captions = ['one two three four five six seven eight', '雪の中で遊ぶ二匹の犬と一人の子供', 'a']
     expected = [reference(c, truncation=True, max_length=6)['input_ids'] for c in captions]
     assert expected[0][:2] != reference(captions[0])['input_ids'][:2]  # cut on the left
@@ -1008,19 +1036,20 @@ def _real_captions(shared_data) -> list[str]:
 
 
 @pytest.mark.parametrize('clean', ['whitespace', 'canonicalize'])
-def test_hf_tokenizer_gives_open_clips_ids_on_real_captions(shared_data, tmp_path, clean):
+def test_hf_tokenizer_gives_open_clips_ids_on_real_captions(shared_data, xlmr_tokenizer_files,
+                                                            clean):
     """open_clip's ``HFTokenizer`` of the XLM-R CLIPs (``'whitespace'``) and of SigLIP
     (``'canonicalize'``) on XLM-R's vocabulary: the same ids, padded to the context, from the
     tokenizer file and from a transformers folder of it."""
     import open_clip
 
-    xlmr_tokenizer_files(shared_data, tmp_path, post_processor=True)
+    files = xlmr_tokenizer_files(post_processor=True)
     captions = _real_captions(shared_data)
-    expected = open_clip.tokenizer.HFTokenizer(str(tmp_path / 'folder'), context_length=77,
+    expected = open_clip.tokenizer.HFTokenizer(str(files / 'folder'), context_length=77,
                                                clean=clean)(captions)
-    for tokenizer in (HFTokenizer(tokenizer_file=str(tmp_path / 'tokenizer.json'), clean=clean,
+    for tokenizer in (HFTokenizer(tokenizer_file=str(files / 'tokenizer.json'), clean=clean,
                                   pad_to=77),
-                      HFTokenizer(name_or_path=str(tmp_path / 'folder'), clean=clean,
+                      HFTokenizer(name_or_path=str(files / 'folder'), clean=clean,
                                   pad_to=77)):
         assert torch.equal(tokenizer(captions)['input_ids'], expected)
 
@@ -1075,19 +1104,19 @@ def test_a_siglip2_gemma_tokenizer_gives_open_clips_ids_on_both_routes(tmp_path)
         assert torch.equal(tokenizer(HARD_CAPTIONS)['input_ids'], expected)
 
 
-def test_an_xlmr_tokenizer_gives_open_clips_ids_and_end_position_on_hard_captions(shared_data,
-                                                                                   tmp_path):
+def test_an_xlmr_tokenizer_gives_open_clips_ids_and_end_position_on_hard_captions(
+        xlmr_tokenizer_files):
     """MetaCLIP 2's and the XLM-R CLIPs' tokenizer layout (the real XLM-R file): the ids
     open_clip's ``HFTokenizer`` gives at context 77 (its default ``whitespace`` cleaning) on
     both routes, and ``eos_index`` where open_clip's ``eos`` pooling looks (the first ``</s>``,
     2)."""
     from open_clip.tokenizer import HFTokenizer as OpenCLIPHFTokenizer
 
-    xlmr_tokenizer_files(shared_data, tmp_path, post_processor=True)
-    expected = OpenCLIPHFTokenizer(str(tmp_path / 'folder'), context_length=77)(HARD_CAPTIONS)
+    files = xlmr_tokenizer_files(post_processor=True)
+    expected = OpenCLIPHFTokenizer(str(files / 'folder'), context_length=77)(HARD_CAPTIONS)
     assert expected[1, :3].tolist() == [0, 2, 1] and expected[-1, -1] == 2
-    for source in (dict(tokenizer_file=str(tmp_path / 'tokenizer.json')),
-                   dict(name_or_path=str(tmp_path / 'folder'))):
+    for source in (dict(tokenizer_file=str(files / 'tokenizer.json')),
+                   dict(name_or_path=str(files / 'folder'))):
         tokens = HFTokenizer(clean='whitespace', pad_to=77, **source)(HARD_CAPTIONS)
         assert torch.equal(tokens['input_ids'], expected)
         assert torch.equal(tokens['eos_index'], (expected == 2).int().argmax(1))
