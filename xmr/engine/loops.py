@@ -1072,8 +1072,8 @@ class PhasedTrainLoop(BaseLoop):
         notebook whose run raised neither keeps the work dir locked nor swallows SIGTERM. Every
         hook's runs even when one before it raises, and the run's own error is the one raised
         (:func:`~xmr.engine.hook_points.call_failure_point`).
-        Persistent DataLoader workers, which ignore SIGTERM, end with training either way; an
-        error in ending them is the run's own only where training succeeded.
+        Persistent DataLoader workers end with training either way (:func:`end_persistent_workers`);
+        an error in ending them is the run's own only where training succeeded.
         """
         try:
             model = self._run_phases()

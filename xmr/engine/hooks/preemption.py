@@ -134,24 +134,26 @@ def preemption_signals(runner) -> list[int]:
             for number in hook.signals]
 
 
-#: The loaders whose workers :func:`workers_ignore` made ignore the signals.
-_IGNORING_LOADERS: weakref.WeakSet = weakref.WeakSet()
+#: The loaders with workers that :func:`workers_ignore` was given: their persistent workers end
+#: with training (:func:`end_persistent_workers`).
+_LOADERS_WITH_WORKERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def workers_ignore(loader: Any, signals: Sequence[int]) -> None:
-    """Make ``loader``'s worker processes ignore ``signals`` (before they start); end its
-    persistent ones with :func:`end_persistent_workers` (:class:`IgnoringWorkerInit`)."""
-    if not signals or not getattr(loader, 'num_workers', 0) or isinstance(
-            loader.worker_init_fn, IgnoringWorkerInit):
+    """Make ``loader``'s worker processes ignore ``signals`` (before they start), and end its
+    persistent ones with :func:`end_persistent_workers`, with or without ``signals``."""
+    if not getattr(loader, 'num_workers', 0):
         return
-    loader.worker_init_fn = IgnoringWorkerInit(signals, loader.worker_init_fn)
-    _IGNORING_LOADERS.add(loader)
+    _LOADERS_WITH_WORKERS.add(loader)
+    if signals and not isinstance(loader.worker_init_fn, IgnoringWorkerInit):
+        loader.worker_init_fn = IgnoringWorkerInit(signals, loader.worker_init_fn)
 
 
 def end_persistent_workers() -> None:
-    """End the persistent workers of the loaders :func:`workers_ignore` changed (as training
-    ends): they outlive their pass, and at the interpreter's exit multiprocessing ends daemon
-    processes with SIGTERM, which they ignore, then waits for them, so the process would never
-    exit."""
-    for loader in list(_IGNORING_LOADERS):
+    """End the persistent workers of the loaders :func:`workers_ignore` was given (as training
+    ends): they outlive their pass. Those ignoring SIGTERM would keep the process from exiting
+    (at the interpreter's exit multiprocessing ends daemon processes with SIGTERM, then waits
+    for them); the others, left to the garbage collection of their iterator's reference cycle,
+    took 5 s each to end (torch's wait for a worker, ``MP_STATUS_CHECK_INTERVAL``)."""
+    for loader in list(_LOADERS_WITH_WORKERS):
         end_workers(loader)
