@@ -206,8 +206,9 @@ def reference_image_features(state, images, window):
     return _linear(x.mean(1), state, 'vision_proj')
 
 
-def reference_text_features(state, tokens, prefix='text_encoder.bert.'):
-    """CCLM's BERT text mode (positions from 0, mask -10000) on layers 0..1 + ``text_proj``."""
+def reference_text_features(state, tokens, prefix='text_encoder.bert.', layers=TEXT_LAYERS):
+    """CCLM's BERT text mode (positions from 0, mask -10000) on layers ``0..layers - 1`` +
+    ``text_proj``."""
     ids, mask = tokens['input_ids'], tokens['attention_mask']
     length = ids.shape[1]
     x = (state[f'{prefix}embeddings.word_embeddings.weight'][ids]
@@ -216,7 +217,7 @@ def reference_text_features(state, tokens, prefix='text_encoder.bert.'):
     x = _layer_norm(x, state, f'{prefix}embeddings.LayerNorm')
     bias = (~mask)[:, None, None, :].float() * -10000.0
     head_dim = WIDTH // TEXT_HEADS
-    for index in range(TEXT_LAYERS):
+    for index in range(layers):
         layer = f'{prefix}encoder.layer.{index}'
 
         q, k, v = (_linear(x, state, f'{layer}.attention.self.{name}')
@@ -462,3 +463,45 @@ def test_a_checkpoint_read_through_another_tokenizer_than_cclms_is_refused(check
                                          r"its pre_caption .*; use 'CCLMTokenizer'"):
         MODELS.build(dict(backbone_cfg(checkpoint=str(checkpoint_file)), tokenizer=plain))
     MODELS.build(dict(backbone_cfg(), tokenizer=plain))
+
+
+def test_a_text_tower_shallower_than_the_checkpoints_text_layers_keeps_the_first_ones(state):
+    """A config keeping fewer text layers than precede the fusion layers loads layers 0..n-1
+    and drops the rest, each with its reason: the report is complete (a strict build loads it)
+    and the features are those of the first layer alone, computed from the raw tensors."""
+    backbone = MODELS.build(backbone_cfg(checkpoint=state, num_layers=1)).eval()
+    report = backbone.checkpoint_report
+    assert report.complete
+    assert report.dropped['text_encoder.bert.encoder.layer.1.output.dense.weight'] == \
+        'text layer beyond the 1 configured'
+    assert 'fusion' in report.dropped['text_encoder.bert.encoder.layer.2.output.dense.weight']
+    tokens = backbone.tokenizer(CAPTIONS)
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.encode_source_text(tokens),
+                                   reference_text_features(state, tokens, layers=1),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('key, shape, reason', [
+    ('text_encoder.bert.embeddings.token_type_ids', (1, POSITIONS), 'index buffer'),
+    ('text_encoder.bert.pooler.dense.weight', (WIDTH, WIDTH), 'BERT pooler'),
+    ('vision_encoder.head.weight', (10, VISION_WIDTH), 'image-classification head'),
+])
+def test_keys_the_dual_stream_model_does_not_need_are_dropped_with_their_reason(key, shape,
+                                                                              reason, state):
+    """Saves that also hold BERT's ``token_type_ids`` buffer, its pooler or a Swin
+    classification head: those keys are explained (dropped, with why), not unexpected, so a
+    strict build still loads the file."""
+    extra = dict(state, **{key: torch.zeros(shape)})
+    backbone = MODELS.build(backbone_cfg(checkpoint=extra))
+    report = backbone.checkpoint_report
+    assert report.complete
+    assert reason in report.dropped[key]
+
+
+def test_a_state_dict_with_an_entry_that_is_no_tensor_is_refused_naming_it(state):
+    """A value that is no tensor (a step count saved in the state dict) is named before any
+    conversion, not met as an ``AttributeError`` on its ``.shape``."""
+    with pytest.raises(ValueError, match=r"is not a CCLM checkpoint: \['global_step'\] are not "
+                                         r'tensors'):
+        convert_cclm_state_dict(dict(state, global_step=29), {}, TEXT_LAYERS)
