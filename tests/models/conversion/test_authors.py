@@ -465,6 +465,9 @@ def test_a_config_of_another_retriever_is_refused_naming_its_type(tmp_path, caps
     # Names that begin as a known unused key does and go on: matched whole, not by prefix.
     ('dasd', 'target_projection.weight'),
     ('mla', 'transformer.resblocks.0.acquirer.de.ln.weight_orig'),
+    # A module nested one level below a language's acquirer is not its layer: refused, not
+    # dropped as that language's unused mlp.
+    ('mla', 'transformer.resblocks.0.acquirer.de.gate.mlp.c_fc.weight'),
 ])
 def test_a_key_the_authors_model_does_not_have_is_refused_naming_it(method, key, tmp_path,
                                                                     capsys):
