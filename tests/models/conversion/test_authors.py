@@ -892,3 +892,19 @@ def test_an_out_that_is_an_input_is_refused_and_the_release_kept(over, tmp_path,
     assert err == (f'error: {out}: the output (--out) is a file the conversion reads: write '
                    'the xmr checkpoint to another file\n')
     assert out.read_bytes() == before
+
+
+def test_an_mla_file_of_more_languages_than_the_config_converts_the_configs_ones(tmp_path):
+    """A released MLA file holds the acquirers of every language it was trained on; a config
+    naming fewer converts those, and the others' ``mlp`` layers are reported unused (the
+    languages left named), not refused as keys the authors' model does not have."""
+    state = authors_state_dict('mla', langs=['de', 'zh', 'fr'])
+    torch.save(state, tmp_path / 'mla.bin')
+    report = convert_authors_checkpoint('mla', tmp_path / 'mla.bin',
+                                        write_config(tmp_path / 'c.py', 'mla'),
+                                        tmp_path / 'x.pth', map_mla)
+    assert report.languages_left == ['fr']
+    assert {'transformer.resblocks.0.acquirer.fr.mlp.c_fc.weight',
+            'transformer.resblocks.2.acquirer.fr.mlp.c_proj.bias'} <= set(report.unused)
+    assert not any('.acquirer.fr.' in key for key in report.used)
+
