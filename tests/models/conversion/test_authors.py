@@ -908,3 +908,16 @@ def test_an_mla_file_of_more_languages_than_the_config_converts_the_configs_ones
             'transformer.resblocks.2.acquirer.fr.mlp.c_proj.bias'} <= set(report.unused)
     assert not any('.acquirer.fr.' in key for key in report.used)
 
+
+def test_a_config_with_pretrained_weights_converts_without_reading_them(tmp_path):
+    """A config inheriting a training config's ``pretrained`` (CLIP's, the mBERT table's):
+    every weight comes from the release, so those files are never read; one that is not
+    there does not stop the conversion."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    cfg = model_cfg('mla')
+    cfg['backbone']['pretrained'] = str(tmp_path / 'absent' / 'ViT-B-32.pt')
+    cfg['language_branch']['embedding']['pretrained'] = str(tmp_path / 'absent' / 'mbert.bin')
+    Config(dict(model=cfg)).dump(tmp_path / 'c.py')
+    report = convert_authors_checkpoint('mla', tmp_path / 'mla.bin', tmp_path / 'c.py',
+                                        tmp_path / 'x.pth', map_mla)
+    assert 'multilingual_embedding.weight' in report.used
