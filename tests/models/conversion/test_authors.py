@@ -921,3 +921,29 @@ def test_a_config_with_pretrained_weights_converts_without_reading_them(tmp_path
     report = convert_authors_checkpoint('mla', tmp_path / 'mla.bin', tmp_path / 'c.py',
                                         tmp_path / 'x.pth', map_mla)
     assert 'multilingual_embedding.weight' in report.used
+
+
+def test_a_file_under_another_code_of_a_language_counts_each_key_once(tmp_path):
+    """The file's ``acquirer.jp`` keys, read as the config's ``ja``, are each reported once
+    under the file's name: used or unused, never both, every key of the file counted."""
+    state = {k.replace('.acquirer.zh.', '.acquirer.jp.'): v
+             for k, v in authors_state_dict('mla').items()}
+    torch.save(state, tmp_path / 'mla.bin')
+    Config(dict(model=changed_cfg('mla', 'language_branch.languages', ['de', 'ja']))).dump(
+        tmp_path / 'c.py')
+    report = convert_authors_checkpoint('mla', tmp_path / 'mla.bin', tmp_path / 'c.py',
+                                        tmp_path / 'x.pth', map_mla)
+    assert not set(report.used) & set(report.unused)
+    assert sorted(report.used + report.unused) == sorted(state)
+
+
+def test_acquirers_of_a_code_xmr_does_not_know_are_left_out_not_refused(tmp_path):
+    """A file also holding acquirers under a code that is no language xmr knows (``xx``): the
+    config's languages convert, the unknown code is named among the languages left out and
+    its keys are unused, rather than the whole file being refused on that code."""
+    torch.save(authors_state_dict('mla', langs=['de', 'zh', 'xx']), tmp_path / 'mla.bin')
+    report = convert_authors_checkpoint('mla', tmp_path / 'mla.bin',
+                                        write_config(tmp_path / 'c.py', 'mla'),
+                                        tmp_path / 'x.pth', map_mla)
+    assert report.languages_left == ['xx']
+    assert 'transformer.resblocks.1.acquirer.xx.mlp.c_fc.bias' in report.unused
