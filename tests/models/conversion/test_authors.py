@@ -947,3 +947,16 @@ def test_acquirers_of_a_code_xmr_does_not_know_are_left_out_not_refused(tmp_path
                                         tmp_path / 'x.pth', map_mla)
     assert report.languages_left == ['xx']
     assert 'transformer.resblocks.1.acquirer.xx.mlp.c_fc.bias' in report.unused
+
+
+def test_a_table_of_another_vocabulary_and_width_names_both_fixes(tmp_path, capsys):
+    """The table's rows (the vocabulary) and columns (its width) both differ from the file's:
+    both settings are named, not only the width's."""
+    torch.save(authors_state_dict('mla'), tmp_path / 'authors.bin')
+    cfg = changed_cfg('mla', 'language_branch.embedding.table_width', TABLE * 2)
+    cfg['language_branch']['tokenizer']['vocab_size'] = 56
+    Config(dict(model=cfg)).dump(tmp_path / 'changed.py')
+    err = refused(capsys, 'mla', tmp_path / 'authors.bin', tmp_path / 'changed.py', '--out',
+                  tmp_path / 'o.pth')
+    assert 'model.language_branch.embedding.table_width' in err
+    assert 'model.language_branch.tokenizer.name_or_path' in err
