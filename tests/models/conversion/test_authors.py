@@ -960,3 +960,34 @@ def test_a_table_of_another_vocabulary_and_width_names_both_fixes(tmp_path, caps
                   tmp_path / 'o.pth')
     assert 'model.language_branch.embedding.table_width' in err
     assert 'model.language_branch.tokenizer.name_or_path' in err
+
+
+def test_the_meta_records_the_inputs_and_the_report_of_the_conversion(tmp_path):
+    """The converted file's ``meta`` names the release, the CLIP file, the method (which
+    loading it re-checks the config against) and the config, and counts the keys as the
+    report does; a key of the CLIP file that is not a weight of the config's CLIP is reported
+    unused under that file's name."""
+    le = authors_state_dict('mla')
+    clip = {k: v for k, v in le.items() if 'acquirer' not in k and 'multilingual' not in k}
+    clip['visual.head.weight'] = torch.zeros(3)  # not in the config's CLIP
+    torch.save(le, tmp_path / 'le.bin')
+    torch.save(clip, tmp_path / 'clip.bin')
+    config = write_config(tmp_path / 'mla.py', 'mla')
+    report = convert_authors_checkpoint('mla', tmp_path / 'le.bin', config, tmp_path / 'x.pth',
+                                        map_mla, clip_source=tmp_path / 'clip.bin')
+    assert f'{tmp_path / "clip.bin"}:visual.head.weight' in report.unused
+    assert f'{tmp_path / "le.bin"}:visual.proj' in report.unused
+    meta = torch.load(tmp_path / 'x.pth')['meta']
+    assert {key: meta[key] for key in ('converted_from', 'clip_from', 'method', 'config')} == {
+        'converted_from': str(tmp_path / 'le.bin'), 'clip_from': str(tmp_path / 'clip.bin'),
+        'method': 'mla', 'config': str(config)}
+    assert meta['used_keys'] == len(report.used) > 0
+    assert meta['unused_keys'] == report.unused and meta['kept_keys'] == report.kept
+    assert meta['kept_keys'] == ['losses.source_cm.log_scale']
+
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    convert_authors_checkpoint('dasd', tmp_path / 'dasd.bin',
+                               write_config(tmp_path / 'dasd.py', 'dasd'), tmp_path / 'y.pth',
+                               map_dasd)
+    meta = torch.load(tmp_path / 'y.pth')['meta']
+    assert meta['method'] == 'dasd' and meta['clip_from'] is None
