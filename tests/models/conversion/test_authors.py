@@ -991,3 +991,16 @@ def test_the_meta_records_the_inputs_and_the_report_of_the_conversion(tmp_path):
                                map_dasd)
     meta = torch.load(tmp_path / 'y.pth')['meta']
     assert meta['method'] == 'dasd' and meta['clip_from'] is None
+
+
+def test_a_release_path_with_no_file_is_refused_as_a_conversion_error(tmp_path):
+    """The API raises its own error for a release that is not there, naming the path and
+    what to give, before the config's model is built."""
+    from xmr.models.conversion import ConversionError
+
+    with pytest.raises(ConversionError, match=rf'^{re.escape(str(tmp_path / "absent.bin"))}: no '
+                       'such file: give the path of the released checkpoint'):
+        convert_authors_checkpoint('mla', tmp_path / 'absent.bin',
+                                   write_config(tmp_path / 'c.py', 'mla'), tmp_path / 'o.pth',
+                                   map_mla)
+    assert not (tmp_path / 'o.pth').exists()
