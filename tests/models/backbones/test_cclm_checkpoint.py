@@ -505,3 +505,20 @@ def test_a_state_dict_with_an_entry_that_is_no_tensor_is_refused_naming_it(state
     with pytest.raises(ValueError, match=r"is not a CCLM checkpoint: \['global_step'\] are not "
                                          r'tensors'):
         convert_cclm_state_dict(dict(state, global_step=29), {}, TEXT_LAYERS)
+
+
+def test_a_text_encoder_without_fusion_layers_loads_its_text_layers(state):
+    """A save whose text encoder has no cross-attention layer (no fusion part): its layers
+    load as text layers, the ones beyond the configured count dropped with their reason."""
+    text_only = {k: v for k, v in state.items()
+                 if not re.search(r'\.encoder\.layer\.[23]\.', k)}
+    backbone = MODELS.build(backbone_cfg(checkpoint=text_only, num_layers=1)).eval()
+    report = backbone.checkpoint_report
+    assert report.complete
+    assert report.dropped['text_encoder.bert.encoder.layer.1.output.dense.weight'] == \
+        'text layer beyond the 1 configured'
+    tokens = backbone.tokenizer(CAPTIONS)
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.encode_source_text(tokens),
+                                   reference_text_features(state, tokens, layers=1),
+                                   rtol=1e-4, atol=1e-5)
