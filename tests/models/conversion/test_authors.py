@@ -1004,3 +1004,17 @@ def test_a_release_path_with_no_file_is_refused_as_a_conversion_error(tmp_path):
                                    write_config(tmp_path / 'c.py', 'mla'), tmp_path / 'o.pth',
                                    map_mla)
     assert not (tmp_path / 'o.pth').exists()
+
+
+def test_a_clip_checkpoint_path_with_no_file_is_refused_as_a_conversion_error(tmp_path):
+    """``--clip-checkpoint`` naming no file: the API's own error, saying which file to give,
+    and nothing written."""
+    from xmr.models.conversion import ConversionError
+
+    torch.save(authors_state_dict('mla'), tmp_path / 'le.bin')
+    with pytest.raises(ConversionError, match='give the CLIP file the acquirers were evaluated '
+                       r'with \(their --clip_ckpt\)'):
+        convert_authors_checkpoint('mla', tmp_path / 'le.bin',
+                                   write_config(tmp_path / 'c.py', 'mla'), tmp_path / 'o.pth',
+                                   map_mla, clip_source=tmp_path / 'absent.bin')
+    assert not (tmp_path / 'o.pth').exists()
