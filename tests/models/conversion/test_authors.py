@@ -937,6 +937,24 @@ def test_a_file_under_another_code_of_a_language_counts_each_key_once(tmp_path):
     assert sorted(report.used + report.unused) == sorted(state)
 
 
+def test_a_key_missing_from_a_file_under_another_code_is_named_as_the_file_names_it(tmp_path):
+    """A layer missing from a file whose Japanese acquirers are ``jp``: the error names the
+    key the file lacks, under ``jp``, not the ``ja`` name no file of the authors holds."""
+    from xmr.models.conversion import ConversionError
+
+    state = {k.replace('.acquirer.zh.', '.acquirer.jp.'): v
+             for k, v in authors_state_dict('mla').items()}
+    del state['transformer.resblocks.0.acquirer.jp.mlp.c_proj.bias']
+    torch.save(state, tmp_path / 'mla.bin')
+    Config(dict(model=changed_cfg('mla', 'language_branch.languages', ['de', 'ja']))).dump(
+        tmp_path / 'c.py')
+    with pytest.raises(ConversionError,
+                       match=r'not in the file \(transformer\.resblocks\.0\.acquirer\.jp\.mlp\.'
+                             r'c_proj\.bias\)'):
+        convert_authors_checkpoint('mla', tmp_path / 'mla.bin', tmp_path / 'c.py',
+                                   tmp_path / 'x.pth', map_mla)
+
+
 def test_acquirers_of_a_code_xmr_does_not_know_are_left_out_not_refused(tmp_path):
     """A file also holding acquirers under a code that is no language xmr knows (``xx``): the
     config's languages convert, the unknown code is named among the languages left out and

@@ -286,18 +286,26 @@ def check_languages(path: Path, codes: Mapping[str, str], languages: list[str]) 
 
 
 def canonical_acquirers(state: Mapping[str, torch.Tensor], codes: Mapping[str, str]
-                        ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``state`` with each acquirer key under its canonical code, and ``{new key: file key}``
-    of the keys renamed (``...acquirer.jp.mlp...`` -> ``...acquirer.ja.mlp...``)."""
+                        ) -> dict[str, torch.Tensor]:
+    """``state`` with each acquirer key under its canonical code (``...acquirer.jp.mlp...``
+    -> ``...acquirer.ja.mlp...``)."""
     renamed = {}
     for name, code in codes.items():
         if name != code:
             renamed.update({k.replace(f'.acquirer.{code}.', f'.acquirer.{name}.'): k
                             for k in state if f'.acquirer.{code}.' in k})
     original = set(renamed.values())
-    state = {**{k: v for k, v in state.items() if k not in original},
-             **{new: state[old] for new, old in renamed.items()}}
-    return state, renamed
+    return {**{k: v for k, v in state.items() if k not in original},
+            **{new: state[old] for new, old in renamed.items()}}
+
+
+def file_key(key: str, codes: Mapping[str, str]) -> str:
+    """``key`` as the file names it: an acquirer's under the file's code of its language
+    (:func:`canonical_acquirers` reversed), also for a key the file lacks."""
+    for name, code in codes.items():
+        if f'.acquirer.{name}.' in key:
+            return key.replace(f'.acquirer.{name}.', f'.acquirer.{code}.')
+    return key
 
 
 def check_against_model(path: Path, mapped: dict[str, torch.Tensor], model: nn.Module,
@@ -426,15 +434,14 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
 
 def state_for(path: Path, state: Mapping[str, torch.Tensor], codes: Mapping[str, str],
               model: nn.Module, clip_source: str | os.PathLike | None, config: str
-              ) -> tuple[dict[str, torch.Tensor], dict[str, str], list[str]]:
+              ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """``state`` as the mappings read it: the acquirers under xmr's codes (``codes``:
     :func:`file_languages`; :func:`canonical_acquirers`), CLIP from ``clip_source`` when given
-    (:func:`with_clip_from`); with ``{new key: file key}`` and the keys CLIP's file replaced."""
-    state, renamed = canonical_acquirers(state, codes)
+    (:func:`with_clip_from`); with the keys CLIP's file replaced."""
+    state = canonical_acquirers(state, codes)
     if clip_source is None:
-        return state, renamed, []
-    state, replaced = with_clip_from(path, state, Path(clip_source), model, config)
-    return state, renamed, replaced
+        return state, []
+    return with_clip_from(path, state, Path(clip_source), model, config)
 
 
 def check_out(out: str | os.PathLike, inputs: tuple, method: str, overwrite: bool) -> None:
@@ -495,17 +502,16 @@ def convert_authors_checkpoint(method: str, source: str | os.PathLike, config: s
     check_settings(path, model, method, Path(config).name)
     codes = file_languages(path, state)
     check_languages(path, codes, list(model.languages))
-    state, renamed, replaced = state_for(path, state, codes, model, clip_source,
-                                         Path(config).name)
+    state, replaced = state_for(path, state, codes, model, clip_source, Path(config).name)
     used: set[str] = set()
     mapped = {**clip_and_embedding(state, model, used), **mapping(state, model, used)}
     kept = check_against_model(path, mapped, model, Path(config).name,
-                               sorted(renamed.get(k, k) for k in used if k not in state))
+                               sorted(file_key(k, codes) for k in used if k not in state))
     check_finite(path, mapped)
     unused = check_unused(path, state, used, method)
     model.load_state_dict(mapped, strict=False)
-    report = ConversionReport(used=sorted(renamed.get(k, k) for k in used),
-                              unused=sorted(renamed.get(k, k) for k in unused) + replaced,
+    report = ConversionReport(used=sorted(file_key(k, codes) for k in used),
+                              unused=sorted(file_key(k, codes) for k in unused) + replaced,
                               kept=kept,
                               languages_left=sorted(set(codes) - set(model.languages)))
     meta = dict(converted_from=str(path), clip_from=clip_source and str(clip_source),
