@@ -1,15 +1,18 @@
 """xmr.models.backbones.base: the weights' fingerprint every backbone keys its caches by, the
 check that a source tokenizer fits its text tower, a video's mean of normalised frames, and the
-attention bias a tower keeps for the mask it was given last."""
+attention bias a tower keeps for the mask it was given last, and where a pre-norm block's
+adapter sites act."""
+import copy
 import hashlib
 import struct
 
+import open_clip
 import pytest
 import torch
 from open_clip.transformer import TextTransformer
 from torch import nn
 
-from tests.conftest import TINY_CLIP
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg
 from tests.models.backbones.mclip_helpers import TOKENIZER_FILE as XLMR_TOKENIZER
 from xmr.engine.feature_cache import backbone_fingerprint
 from xmr.models.adapters.base import AdapterSite
@@ -344,3 +347,83 @@ def test_a_backbone_whose_encode_image_gives_no_b_by_e_embedding_is_named(gives,
             rf'^_PixelsAsEmbedding.encode_image gave {got} for 2 media; the embedding space '
             r'takes \[B, E\] = \[2, 3\] \(embed_dim\): check its pooling and projection$')):
         backbone.encode_media(images)
+
+
+SITE_TEXTS = ['a red circle', 'two blue squares on the left of a big green triangle', 'x']
+
+
+class _LinearMapAt:
+    """Hooks that act at one site of one block only, by a fixed matrix: a linear site's delta
+    is ``x_in @ matrix``, a residual site's output is ``x @ matrix``."""
+
+    def __init__(self, site: AdapterSite, index: int, matrix: torch.Tensor) -> None:
+        self.site, self.index, self.matrix = site, index, matrix
+
+    def residual(self, site, index, x):
+        return x @ self.matrix if (site, index) == (self.site, self.index) else x
+
+    def linear(self, site, index, x_in):
+        return x_in @ self.matrix if (site, index) == (self.site, self.index) else None
+
+
+def _merged(clip: torch.nn.Module, site: AdapterSite, index: int,
+            matrix: torch.Tensor) -> torch.nn.Module:
+    """A copy of ``clip`` whose text block ``index`` has the hooks' map folded into its weights:
+    a linear site's delta ``x A`` into the projection's weight (``W + A^T``); a residual site's
+    map ``h M`` of a branch output ``h = c W^T + b`` into the branch's last projection
+    (``M^T W``, ``b M``)."""
+    clip = copy.deepcopy(clip)
+    block = clip.transformer.resblocks[index]
+    weight, bias = {
+        AdapterSite.ATTN_QKV: (block.attn.in_proj_weight, None),
+        AdapterSite.ATTN_OUT: (block.attn.out_proj.weight, None),
+        AdapterSite.MLP_FC: (block.mlp.c_fc.weight, None),
+        AdapterSite.MLP_PROJ: (block.mlp.c_proj.weight, None),
+        AdapterSite.ATTN_OUTPUT: (block.attn.out_proj.weight, block.attn.out_proj.bias),
+        AdapterSite.MLP_OUTPUT: (block.mlp.c_proj.weight, block.mlp.c_proj.bias),
+    }[site]
+    with torch.no_grad():
+        if bias is None:
+            weight += matrix.T
+        else:
+            weight.copy_(matrix.T @ weight)
+            bias.copy_(bias @ matrix)
+    return clip
+
+
+@pytest.mark.parametrize('packed', [True, False])
+@pytest.mark.parametrize('site', [AdapterSite.ATTN_QKV, AdapterSite.ATTN_OUT, AdapterSite.MLP_FC,
+                                  AdapterSite.MLP_PROJ, AdapterSite.ATTN_OUTPUT,
+                                  AdapterSite.MLP_OUTPUT])
+def test_a_linear_map_at_a_site_equals_open_clip_with_the_map_folded_into_its_weights(
+        site, packed):
+    """What an adapter at a site changes, checked against open_clip's own forward.
+
+    A linear site adds ``delta(x_in)`` to the frozen projection's output, reading the
+    projection's input; a residual site (``attn.output``, ``mlp.output``) maps the branch's
+    output before the residual add. With a linear map both fold into block 1's weights, so
+    open_clip's ``encode_text`` on the folded copy is the reference: a delta subtracted, read
+    from the projection's output, or a residual site that maps the sum ``x + branch`` instead of
+    the branch alone, all differ from it. Packed and padded blocks alike.
+    """
+    torch.manual_seed(0)
+    backbone = MODELS.build(tiny_backbone_cfg()).eval()
+    tower = backbone.text_tower
+    tower.pack_tokens = packed
+    widths = {**{s: shape for s, shape in tower.linear_shapes().items()},
+              AdapterSite.ATTN_OUTPUT: (tower.width, tower.width),
+              AdapterSite.MLP_OUTPUT: (tower.width, tower.width)}
+    generator = torch.Generator().manual_seed(1)
+    matrix = 0.3 * torch.randn(widths[site], generator=generator)
+    if site in (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT):
+        matrix += torch.eye(tower.width)
+    tokens = backbone.tokenizer(SITE_TEXTS)
+    x, mask = tower.embed_source(tokens)
+    hidden = tower.encode_embeddings(x, mask, _LinearMapAt(site, 1, matrix),
+                                     packed=tower.packing(mask))
+    assert (tower.packing(mask) is not None) == packed
+    sited = tower.head(tower.pool(hidden, mask, tokens['eos_index']))
+    ids = open_clip.get_tokenizer('ViT-B-32')(SITE_TEXTS, context_length=32)
+    reference = _merged(backbone.clip, site, 1, matrix).encode_text(ids)
+    assert not torch.allclose(reference, backbone.clip.encode_text(ids), atol=1e-3)
+    torch.testing.assert_close(sited, reference, rtol=1e-4, atol=1e-5)
