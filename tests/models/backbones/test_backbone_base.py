@@ -98,6 +98,22 @@ def test_a_source_max_length_that_keeps_no_piece_of_a_caption_is_refused():
     check_tokenizer_fits(OpenCLIPTokenizer(max_length=3), tower, 'ViT-T')
 
 
+def test_a_tokenizer_with_one_id_more_than_the_tower_embeds_is_refused():
+    """CLIP's BPE emits ids 0..49407: a table of 49408 rows embeds them all, one row fewer
+    leaves the last id (``<end_of_text>``, every caption's) without an embedding."""
+    tokenizer = OpenCLIPTokenizer(max_length=12)
+    assert tokenizer.vocab_size == 49408
+
+    def tower(vocab_size):
+        return OpenCLIPTextTower(TextTransformer(context_length=12, vocab_size=vocab_size,
+                                                 width=8, heads=2, layers=1))
+
+    check_tokenizer_fits(tokenizer, tower(49408), 'ViT-T')
+    with pytest.raises(ValueError, match='^tokenizer emits 49408 ids but the text tower of ViT-T '
+                                         'has 49407 embeddings$'):
+        check_tokenizer_fits(tokenizer, tower(49407), 'ViT-T')
+
+
 class _PixelsAsEmbedding(VisionLanguageBackbone):
     """Each ``[3, 1, 1]`` image's pixels are its embedding."""
 
