@@ -89,6 +89,24 @@ def test_a_padding_masked_tower_refuses_a_tokenizer_that_pads_with_another_id():
                              'MobileCLIP')
 
 
+def test_a_text_transformer_pooling_its_eos_id_refuses_a_tokenizer_ending_with_another():
+    """A ``CustomTextCLIP``'s ``TextTransformer`` with ``pool_type='eos'`` pools the first
+    ``eos_id`` (here 2) open_clip finds in the ids; CLIP's BPE ends captions with 49407, which
+    it would never find. The tower reads the id from the ``TextTransformer`` itself (a
+    ``CLIP``'s is ``text_eos_id``), and the fit check names both ids."""
+    from open_clip.transformer import TextTransformer
+
+    text = TextTransformer(context_length=12, vocab_size=49408, width=8, heads=2, layers=1,
+                           pool_type='eos', eos_id=2)
+    tower = OpenCLIPTextTower(text)
+    assert (tower.pooling, tower.end_id) == ('eos', 2)
+    with pytest.raises(ValueError, match=r'^tokenizer end id 49407 but the text tower of ViT-T '
+                                         r'pools the first id 2 \(text_cfg.eos_id\)'):
+        check_tokenizer_fits(OpenCLIPTokenizer(max_length=12), tower, 'ViT-T')
+    text.eos_id = 49407
+    check_tokenizer_fits(OpenCLIPTokenizer(max_length=12), OpenCLIPTextTower(text), 'ViT-T')
+
+
 def test_local_checkpoint_file_loads(tmp_path):
     torch.manual_seed(1)
     source = open_clip.CLIP(**TINY_CLIP)
