@@ -154,6 +154,20 @@ def _loader_workers_of_the_test_collected():
         gc.collect()
 
 
+def randomise(module: torch.nn.Module, seed: int = 0, scale: float = 0.2) -> None:
+    """Random values in every parameter of ``module``: LayerNorm scales ``1 + 0.1 * N(0, 1)``,
+    the rest ``scale * N(0, 1)``. Default initialisations hide misplaced weights: two
+    LayerNorms equal, zero biases, zero LoRA B and adapter up-projections that change nothing.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    norm_scales = {id(m.weight) for m in module.modules()
+                   if isinstance(m, torch.nn.LayerNorm) and m.weight is not None}
+    with torch.no_grad():
+        for parameter in module.parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            parameter.copy_(1 + 0.1 * noise if id(parameter) in norm_scales else scale * noise)
+
+
 @pytest.fixture
 def tiny_retriever():
     from xmr.registry import MODELS

@@ -5,8 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import MIXED_BATCH, tiny_branch_cfg, tiny_retriever_cfg
-from tests.models.language.test_packed_tokens import randomise
+from tests.conftest import MIXED_BATCH, randomise, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.models.adapters import (
     AdapterContext,
     AdapterSite,

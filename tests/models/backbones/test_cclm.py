@@ -6,7 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import SHARED_DATA, UNCACHED_TOKENIZER, check_offline_tokenizer_error
+from tests.conftest import (
+    SHARED_DATA,
+    UNCACHED_TOKENIZER,
+    check_offline_tokenizer_error,
+    randomise,
+)
 from xmr.models.adapters.base import AdapterSite
 from xmr.models.backbones.bert import BertTextTower, build_bert
 from xmr.models.backbones.cclm import CCLM_IMAGE_MEAN, CCLM_IMAGE_STD, CCLM_TEXT, CCLMDualStream
@@ -19,15 +24,6 @@ needs_tokenizer = pytest.mark.skipif(not TOKENIZER_FILE.is_file(),
                                      reason=f'real XLM-R tokenizer not found at {TOKENIZER_FILE}')
 
 
-def randomise(module: torch.nn.Module, seed: int = 0) -> None:
-    """Random values everywhere, LayerNorms included, so that a misplaced weight shows."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in module.named_parameters():
-            noise = torch.randn(parameter.shape, generator=generator)
-            parameter.copy_(1 + 0.1 * noise if 'LayerNorm.weight' in name else 0.3 * noise)
-
-
 def tiny_bert():
     return build_bert(dict(CCLM_TEXT, vocab_size=100, hidden_size=WIDTH, num_layers=LAYERS,
                            num_heads=HEADS, intermediate_size=FFN, max_position_embeddings=24))
@@ -36,7 +32,7 @@ def tiny_bert():
 @pytest.fixture
 def tower():
     tower = BertTextTower(tiny_bert(), EMBED_DIM)
-    randomise(tower)
+    randomise(tower, scale=0.3)
     return tower.eval()
 
 
@@ -69,7 +65,7 @@ def test_blocks_equal_transformers_bert_forward(tower):
 def test_without_a_projection_the_embedding_is_berts_cls_state(tower):
     bert = tiny_bert()
     plain = BertTextTower(bert, None)
-    randomise(plain)  # the tower uses bert's modules, so bert holds the same weights
+    randomise(plain, scale=0.3)  # the tower uses bert's modules, so bert holds the same weights
     plain.eval()
     ids, mask, _ = batch()
     with torch.no_grad():

@@ -6,6 +6,7 @@ from tests.conftest import (
     TINY_CLIP,
     UNCACHED_TOKENIZER,
     check_offline_tokenizer_error,
+    randomise,
     tiny_backbone_cfg,
 )
 from xmr.models.adapters.base import AdapterSite
@@ -18,8 +19,12 @@ from xmr.utils.cli import UserError
 
 @pytest.fixture
 def backbone():
+    """The tiny CLIP with random LayerNorms and biases: as built, each block's ln_1 equals its
+    ln_2 and attention's output bias is zero, and swapping or dropping them showed nowhere."""
     torch.manual_seed(0)
-    return MODELS.build(tiny_backbone_cfg()).eval()
+    backbone = MODELS.build(tiny_backbone_cfg()).eval()
+    randomise(backbone.clip)
+    return backbone
 
 
 TEXTS = ['a red circle', 'two blue squares on the left of a big green triangle', 'x']

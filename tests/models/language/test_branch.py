@@ -8,10 +8,11 @@ from tests.conftest import (
     TINY_CLIP,
     UNCACHED_TOKENIZER,
     check_offline_tokenizer_error,
+    randomise,
     tiny_backbone_cfg,
     tiny_branch_cfg,
 )
-from tests.models.language.test_packed_tokens import ADAPTER_SETS, randomise
+from tests.models.language.test_packed_tokens import ADAPTER_SETS
 from xmr.models.adapters.base import AdapterContext, AdapterPlacement, AdapterSite, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language import branch as branch_module

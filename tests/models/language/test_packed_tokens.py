@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
+from tests.conftest import randomise, tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.models.adapters.base import AdapterContext, AdapterSite, BaseAdapter
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.backbones.bert import BertTextTower, build_bert
@@ -40,17 +40,6 @@ def test_a_run_of_samples_owns_a_run_of_packed_tokens():
     assert sub.index.tolist() == [0, 3, 4, 5]
     assert sub.bias.flatten().tolist() == [3, 4, 5, 6, 7, 8]
     assert packed.samples(slice(0, 1))[1] == slice(0, 2)
-
-
-def randomise(module: torch.nn.Module, seed: int) -> None:
-    """Random values everywhere (zero-initialised LoRA B and adapter up-projections included),
-    so that every adapter changes the hidden states."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in module.named_parameters():
-            noise = torch.randn(parameter.shape, generator=generator)
-            is_norm = name.endswith(('LayerNorm.weight', 'ln_1.weight', 'ln_2.weight'))
-            parameter.copy_(1 + 0.1 * noise if is_norm else 0.2 * noise)
 
 
 def open_clip_tower():
