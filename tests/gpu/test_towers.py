@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
+from tests.conftest import randomise, tiny_backbone_cfg, tiny_branch_cfg
 from tests.gpu.conftest import FP32_TOLERANCE
 from tests.models.language.test_branch import ROUTED_LANGS, ROUTED_TEXTS
 from tests.models.language.test_packed_tokens import (
@@ -14,7 +14,6 @@ from tests.models.language.test_packed_tokens import (
     bert_tower,
     encode,
     open_clip_tower,
-    randomise,
 )
 from xmr.models.adapters.language_adapters import LanguageAdapters
 from xmr.models.language.tokenizers import TokenBatch
