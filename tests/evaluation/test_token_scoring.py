@@ -1,5 +1,7 @@
 """Retrieval ranked by a model's token score: exact in bounded blocks, and pooled-shortlist
 re-ranking, checked against a pair-by-pair reference."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -416,3 +418,56 @@ def test_grouped_i2t_leaves_the_reranked_text_to_media_shortlist_as_it_is(galler
                                                             'tokens_rerank', 2))['t2i_R@1']
 
     assert t2i_r1('grouped') == t2i_r1('standard')
+
+
+def test_items_carrying_different_token_scores_are_refused(gallery):
+    """One gallery ranked with one score: items of two models (two score functions) must not
+    be ranked with whichever score came first."""
+    def halved(image_tokens, image_mask, text_tokens, text_mask):
+        return patch_word_similarity(image_tokens, image_mask, text_tokens, text_mask) / 2
+
+    items = metric_items(gallery)
+    items[3]['token_score'] = halved
+    metric = RetrievalMetric(languages=['en'], mean_languages=['en'], scoring='tokens')
+    metric.process({}, items)
+    with pytest.raises(ValueError, match='the gallery items carry different token scores'):
+        metric.compute_metrics(metric.results)
+
+
+def test_a_first_caption_protocol_scores_the_tokens_of_each_media_s_first_caption(gallery):
+    """crossmodal3600_first_caption keeps each media's first caption: its token sets must be
+    cut as its embeddings are, and the token ranks are those of the first captions alone."""
+    metric = RetrievalMetric(languages=['en'], mean_languages=['en'], scoring='tokens',
+                             protocol='crossmodal3600_first_caption', gallery_size=6)
+    metric.process({}, metric_items(gallery))
+    result = metric.compute_metrics(metric.results)
+    first = torch.arange(0, 12, 2)  # each media's captions are rows 2m, 2m + 1
+    scores = gallery['full'][:, first]  # [media, first captions]
+    positive = torch.eye(6, dtype=torch.bool)
+    t2i = reference_ranks(scores.T, positive)
+    i2t = reference_ranks(scores, positive)
+    for k in (1, 5):
+        assert result[f'en/t2i_R@{k}'] == pytest.approx(100 * float((t2i <= k).double().mean()))
+        assert result[f'en/i2t_R@{k}'] == pytest.approx(100 * float((i2t <= k).double().mean()))
+    assert result['en/t2i_MnR'] == pytest.approx(float(t2i.double().mean()))
+    assert result['en/i2t_MnR'] == pytest.approx(float(i2t.double().mean()))
+
+
+def test_token_sequences_of_another_shape_or_a_score_that_is_no_function_are_refused(gallery):
+    """Checked as each item is processed, naming the media, not when the gallery is scored."""
+    metric = RetrievalMetric(scoring='tokens')
+    narrow = metric_items(gallery)[:1]
+    narrow[0]['caption_tokens'] = {'en': [narrow[0]['caption_tokens']['en'][0],
+                                          narrow[0]['caption_tokens']['en'][1][:, :DIM - 1]]}
+    with pytest.raises(ValueError, match=re.escape(
+            f"media '0': token sequences must be [L, D] of one width D, got widths "
+            f'[{DIM - 1}, {DIM}]')):
+        metric.process({}, narrow)
+    flat = metric_items(gallery)[:1]
+    flat[0]['media_tokens'] = flat[0]['media_tokens'][0]  # [D], not [P, D]
+    with pytest.raises(ValueError, match="media '0': token sequences must be \\[L, D\\]"):
+        metric.process({}, flat)
+    scoreless = metric_items(gallery)[:1]
+    scoreless[0]['token_score'] = 'patch_word'
+    with pytest.raises(TypeError, match="media '0': token_score must be a function, got str"):
+        metric.process({}, scoreless)
