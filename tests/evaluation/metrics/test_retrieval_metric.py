@@ -808,3 +808,142 @@ def test_the_keys_expected_of_one_direction_hold_no_ar_and_of_xtd10_fewshot_its_
     # The summaries average the target languages: 'de', the source 'en' left out.
     assert fewshot.expected_keys() == {f'{lang}/{key}' for lang in ('en', 'de')
                                        for key in per_language} | {'mAR', 'rSum', 'mean_R@1'}
+
+
+def test_a_second_evaluation_scores_the_items_processed_since_the_first():
+    """Each validation round evaluates the same metric: ``evaluate`` must empty its results,
+    else the next round's items repeat the first round's media ids, the first (stale)
+    embeddings are kept and the new checkpoint is scored as the old one."""
+    metric = RetrievalMetric(recall_ks=(1, 2))
+    assert _run(metric, _three_media()) == pytest.approx(EXPECTED)
+    assert metric.results == []
+    # Round two: every German caption is its own media's embedding -> all ranks are 1.
+    perfect = [_item(f'm{i}', medium, en=[medium], de=[medium])
+               for i, medium in enumerate((E0, E1, E2))]
+    second = _run(metric, perfect)
+    assert second['de/t2i_R@1'] == second['de/i2t_R@1'] == 100.0
+    assert 'fr/AR' not in second
+
+
+def test_a_run_without_summaries_records_no_summarised_languages():
+    """One direction without R@1 has no summary key (no AR, no R@1 sum): the languages
+    ``tools/test.py`` records beside the metrics must then be none, not de and fr."""
+    metric = RetrievalMetric(recall_ks=(2,), directions=('t2i',))
+    result = _run(metric, _three_media())
+    assert not [key for key in result if '/' not in key]
+    assert result['de/t2i_R@2'] == 100.0
+    assert metric.summarised_languages == []
+
+
+def test_media_embeddings_of_different_widths_are_refused_naming_them():
+    """Two models' embeddings in one gallery are refused as such, not as a stack error."""
+    items = [_item('m0', E0, en=[E0]),
+             {'media_id': 'm1', 'media_embedding': torch.tensor([0.0, 1.0, 0.0, 0.0]),
+              'caption_embeddings': {'en': torch.tensor([[0.0, 1.0, 0.0, 0.0]])}}]
+    with pytest.raises(ValueError,
+                       match=re.escape('media embeddings have different widths [3, 4]')):
+        _run(RetrievalMetric(), items)
+
+
+@pytest.mark.parametrize('options, reported', [
+    (dict(protocol='text_to_video', recall_ks=(5, 10)), r"\('t2i',\) at R@\(1,\)"),
+    (dict(protocol='xtd10_fewshot', directions=('t2i',)), r"\('t2i', 'i2t'\) at R@\(1,\)"),
+    (dict(protocol='xtd10_fewshot', recall_ks=(5,)), r"\('t2i', 'i2t'\) at R@\(1,\)"),
+])
+def test_a_protocol_missing_the_recalls_its_summary_reads_is_refused_when_built(options,
+                                                                                 reported):
+    """text_to_video sums text->video R@1 and xtd10_fewshot averages the R@1 of both
+    directions: without them the summary failed as a KeyError after the set was encoded."""
+    with pytest.raises(ValueError, match=f"protocol '{options['protocol']}' reports directions "
+                       + reported):
+        RetrievalMetric(**options)
+
+
+def test_text_to_video_reports_its_r1_sum_under_its_own_name_only():
+    """One direction at R@1 is summarised once: ``t2v_R@1_sum``, not also ``t2i_R@1_sum``."""
+    clips = [_item(f'v{i}', torch.eye(4)[i], en=[torch.eye(4)[i]], de=[torch.eye(4)[i]])
+             for i in range(4)]
+    result = _run(RetrievalMetric(protocol='text_to_video'), clips)
+    assert {key: value for key, value in result.items() if '/' not in key} == {
+        't2v_R@1_sum': 100.0}
+
+
+def test_the_keys_expected_of_a_dataset_stating_other_codes_use_the_canonical_ones():
+    """The reported keys use canonical codes (``ja``, not the dataset's ``jp``): so must the
+    keys save_best is checked against, else save_best='ja/t2i_R@1' is refused before training."""
+    metric = RetrievalMetric(recall_ks=(1,), directions=('t2i',))
+    metric.dataset_meta = dict(languages=['eng_Latn', 'jp'])
+    assert metric.expected_keys() == {f'{lang}/t2i_{statistic}' for lang in ('en', 'ja')
+                                      for statistic in ('R@1', 'MdR', 'MnR')} | {'t2i_R@1_sum'}
+
+
+def test_a_repeat_without_an_index_differing_in_one_of_a_languages_captions_is_an_error():
+    """Every caption row must match, not one per language: m0 again with its first German
+    caption and another second one is another item of m0, whose second caption would be
+    dropped from the gallery unseen."""
+    samples = _three_media()
+    other_second = _item('m0', E0, en=[E0], de=[E0, E2], fr=[E1])
+    with pytest.raises(ValueError, match="two items share media_id 'm0' with other captions"):
+        _run(RetrievalMetric(recall_ks=(1, 2)), samples + [other_second])
+
+
+def test_a_repeat_without_an_index_holding_a_caption_twice_is_an_error():
+    """Two items of m0, the second with its caption written twice (sets repeat caption texts):
+    as many rows per language are needed, the cosines of one row against two (broadcast) are
+    no proof of the same item."""
+    samples = _three_media()
+    twice = _item('m0', E0, en=[E0, E0], de=[E0, _unit(1, 1, 0)], fr=[E1])
+    with pytest.raises(ValueError, match="two items share media_id 'm0' with other captions"):
+        _run(RetrievalMetric(recall_ks=(1, 2)), samples + [twice])
+
+
+def test_no_directions_are_refused_when_the_metric_is_built():
+    """directions=[] would rank nothing and report no recall at all."""
+    with pytest.raises(ValueError, match=re.escape(
+            "directions must be a non-empty subset of ('t2i', 'i2t'), got []")):
+        RetrievalMetric(directions=[])
+
+
+def test_a_dataset_stating_its_languages_in_other_codes_is_evaluated_as_captioned():
+    """The stated languages (NLLB codes here) are the items' languages in canonical form: each
+    is captioned, so none is refused as missing and the numbers are those worked out above."""
+    metric = RetrievalMetric(recall_ks=(1, 2))
+    metric.dataset_meta = dict(languages=['eng_Latn', 'deu_Latn', 'fra_Latn'])
+    assert _run(metric, _three_media()) == pytest.approx(EXPECTED)
+
+
+def test_mean_languages_in_other_codes_select_their_canonical_languages():
+    """mean_languages=['fra_Latn'] averages the fr scores (keys and summaries use canonical
+    codes), as mean_languages=['fr'] does."""
+    metric = RetrievalMetric(recall_ks=(1, 2), mean_languages=['fra_Latn'])
+    result = _run(metric, _three_media())
+    assert result['mAR'] == pytest.approx(EXPECTED['fr/AR'])
+    assert result['rSum'] == pytest.approx(EXPECTED['fr/rSum'])
+    assert metric.summarised_languages == ['fr']
+
+
+def test_a_media_without_any_caption_row_is_kept_out_of_every_language_gallery():
+    """An item whose languages all hold zero caption rows is processed (there is nothing to
+    check the norm of) and, captioned in no language, changes no number worked out above."""
+    uncaptioned = _item('m3', _unit(1, 1, 1), de=[], fr=[])
+    assert _run(RetrievalMetric(recall_ks=(1, 2)), _three_media() + [uncaptioned]) == \
+        pytest.approx(EXPECTED)
+
+
+def test_the_keys_expected_of_chosen_languages_are_theirs_not_the_datasets():
+    """languages=['de'] on a set stating en, de and fr reports de alone: the keys save_best is
+    checked against must not hold en or fr (save_best='fr/AR' would pass, then never come)."""
+    metric = RetrievalMetric(recall_ks=(1, 2), languages=['de'])
+    metric.dataset_meta = dict(languages=['en', 'de', 'fr'])
+    de_keys = {key for key in EXPECTED if key.startswith('de/')}
+    assert metric.expected_keys() == de_keys | {'mAR', 'rSum'}
+    assert set(_run(metric, _three_media())) == de_keys | {'mAR', 'rSum'}
+
+
+def test_a_caption_tensor_of_one_row_without_its_row_dimension_is_refused():
+    """caption_embeddings[lang] is [n, E]: a bare [E] vector is refused as the item is
+    processed, naming the media and the language."""
+    with pytest.raises(ValueError, match=re.escape(
+            "media 'm0' caption_embeddings['en'] must be [n, 3], got (3,)")):
+        RetrievalMetric().process({}, [{'media_id': 'm0', 'media_embedding': E0,
+                                        'caption_embeddings': {'en': E0}}])
