@@ -947,3 +947,29 @@ def test_a_caption_tensor_of_one_row_without_its_row_dimension_is_refused():
             "media 'm0' caption_embeddings['en'] must be [n, 3], got (3,)")):
         RetrievalMetric().process({}, [{'media_id': 'm0', 'media_embedding': E0,
                                         'caption_embeddings': {'en': E0}}])
+
+
+def test_xtd10_fewshot_splits_the_media_in_index_order_whatever_their_arrival():
+    """The seeded split names media by position in the dataset: items gathered out of order
+    (reversed here) are put back in ``index`` order first, so the same test images are scored
+    (reversed, test positions 3 and 7 would hold train/val images 6 and 2)."""
+    split = xmr.evaluation.xtd10_fewshot_split(10, shots=2)
+    held_out = split.train + split.val
+    partner = dict(zip(held_out, held_out[1:] + held_out[:1]))
+    images = torch.eye(10)
+    # Test images: caption = image (rank 1). Train/val images: caption = another one of them.
+    items = [dict(_item(str(i), images[i], fr=[images[partner.get(i, i)]]), index=i)
+             for i in range(10)]
+    result = _run(RetrievalMetric(protocol='xtd10_fewshot', gallery_size=10, fewshot_shots=2),
+                  items[::-1])
+    assert result['fr/t2i_R@1'] == result['fr/i2t_R@1'] == 100.0
+
+
+def test_a_text_gallery_whose_items_hold_only_source_captions_names_the_missing_targets():
+    """text_to_text with en captions alone has no query language: said as such, not as an
+    empty table."""
+    items = [_text_item(name, en=[row]) for name, row in zip('abc', (E0, E1, E2))]
+    with pytest.raises(ValueError, match=re.escape(
+            "protocol 'text_to_text' ranks target captions against the 'en' ones, and the items "
+            "have no other language; languages seen: ['en']")):
+        _run(RetrievalMetric(protocol='text_to_text'), items)
