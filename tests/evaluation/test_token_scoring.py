@@ -471,3 +471,18 @@ def test_token_sequences_of_another_shape_or_a_score_that_is_no_function_are_ref
     scoreless[0]['token_score'] = 'patch_word'
     with pytest.raises(TypeError, match="media '0': token_score must be a function, got str"):
         metric.process({}, scoreless)
+
+
+def test_the_metric_reranks_as_asked_a_one_candidate_shortlist_keeping_the_cosine_top1(gallery):
+    """scoring='tokens_rerank' re-orders the cosine shortlist, recalls only: with one candidate
+    the R@1 are those of the cosine ranking, and no MdR / MnR is reported."""
+    reranked = RetrievalMetric(languages=['en'], mean_languages=['en'], recall_ks=(1,),
+                               scoring='tokens_rerank', rerank_candidates=1)
+    reranked.process({}, metric_items(gallery))
+    result = reranked.compute_metrics(reranked.results)
+    cosine = RetrievalMetric(languages=['en'], mean_languages=['en'], recall_ks=(1,))
+    cosine.process({}, metric_items(gallery))
+    expected = cosine.compute_metrics(cosine.results)
+    assert {key: result[key] for key in ('en/t2i_R@1', 'en/i2t_R@1')} == pytest.approx(
+        {key: expected[key] for key in ('en/t2i_R@1', 'en/i2t_R@1')})
+    assert not [key for key in result if key.endswith(('MdR', 'MnR'))]
