@@ -678,3 +678,46 @@ def test_a_dasd_step_with_one_bias_equals_one_built_at_every_call_bit_for_bit():
     assert all(torch.equal(losses[k], expected_losses[k]) for k in losses)
     assert all((g is None and e is None) or torch.equal(g, e)
                for g, e in zip(grads, expected_grads, strict=True))
+
+
+def test_val_step_embeds_each_language_through_its_own_path_normalised(tiny_retriever):
+    """``predict`` gives, per language, the L2-normalised embeddings of that language's path:
+    English captions through the frozen source tower, German and Chinese ones through the branch
+    with their own language's adapters (which the test first shows compute otherwise than the
+    other's), and the medium through the frozen image tower. A wrong route or a missing
+    normalisation would evaluate another model than the one trained."""
+    model = tiny_retriever
+    captions = {'en': ['a red circle', 'two red circles'],
+                'de': ['ein roter Kreis', 'zwei rote Kreise'],
+                'zh': ['一个蓝色的正方形', '一个绿色的三角形']}
+    outputs = model.val_step(dict(media=BATCH['media'][:1], media_id=['a'], index=[0],
+                                  captions=[captions]))
+    branch = model.language_branch
+
+    def target(texts, lang):
+        tokens = branch.tokenize(texts, [lang] * len(texts))
+        return F.normalize(branch.encode(branch.embed(tokens), tokens, [lang] * len(texts)), dim=-1)
+
+    with torch.no_grad():
+        expected = {lang: target(captions[lang], lang) for lang in ('de', 'zh')}
+        for lang, other in (('de', 'zh'), ('zh', 'de')):
+            assert not torch.allclose(expected[lang], target(captions[lang], other), atol=1e-3)
+        expected['en'] = F.normalize(model.backbone.encode_source_text(
+            model.backbone.tokenizer(captions['en'])), dim=-1)
+        media = model.backbone.encode_media(model.data_preprocessor(
+            dict(media=BATCH['media'][:1]), False)['media'])
+    for lang, embeddings in expected.items():
+        torch.testing.assert_close(outputs[0]['caption_embeddings'][lang], embeddings,
+                                   atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outputs[0]['media_embedding'], F.normalize(media[0], dim=-1),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_cached_media_features_replace_the_image_tower_in_predict(tiny_retriever):
+    """A gallery batch carrying ``media_features`` (a feature cache) is embedded from them,
+    normalised, and not from its media through the tower."""
+    features = torch.tensor([[3.0, 4.0] + [0.0] * 30])
+    outputs = tiny_retriever.val_step(dict(media=BATCH['media'][:1], media_id=['a'], index=[0],
+                                           media_features=features,
+                                           captions=[{'en': ['a red circle']}]))
+    torch.testing.assert_close(outputs[0]['media_embedding'][:2], torch.tensor([0.6, 0.8]))
