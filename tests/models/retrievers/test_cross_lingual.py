@@ -721,3 +721,43 @@ def test_cached_media_features_replace_the_image_tower_in_predict(tiny_retriever
                                            media_features=features,
                                            captions=[{'en': ['a red circle']}]))
     torch.testing.assert_close(outputs[0]['media_embedding'][:2], torch.tensor([0.6, 0.8]))
+
+
+def _gradients(model, weights, data):
+    """``{part: whether a parameter of it got a non-zero gradient}`` after one backward of the
+    phase ``weights``' total loss; the SDM's parts by name (one SDM, or one per language)."""
+    model.zero_grad(set_to_none=True)
+    model.set_phase('p', weights)
+    sum(model(mode='loss', **data).values()).backward()
+
+    def trained(parameters):
+        return any(p.grad is not None and p.grad.abs().sum() > 0 for p in parameters)
+
+    sdm = dict(model.disentangler.named_parameters())
+    return dict(embedding=trained(model.language_branch.embedding.parameters()),
+                adapters=trained(model.language_branch.adapters.parameters()),
+                **{part: trained(p for name, p in sdm.items() if f'{part}.' in name)
+                   for part in ('generator', 'sr_adapters', 'discriminator')},
+                backbone=trained(model.backbone.parameters()))
+
+
+@pytest.mark.parametrize('per_language', [False, True])
+def test_which_parts_of_dasd_each_phase_loss_trains(per_language):
+    """``L_CL`` trains the branch's adapters, the embedding block and, through the condition
+    ``W^z``, the SDM's generator and its semantic-related stream; the SDM's own losses train
+    the embedding block (``L_sc`` reads the target embeddings), the SDM and the discriminator
+    but not the branch's adapters; the frozen teacher and towers get no gradient from either."""
+    torch.manual_seed(0)
+    cfg = tiny_dasd_cfg()
+    cfg['disentangler'].update(per_language=per_language)
+    model = MODELS.build(cfg)
+    with torch.no_grad():  # W_up of the dynamic adapters starts at zero: give them a say
+        for parameter in model.language_branch.adapters.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+    data = model.data_preprocessor(BATCH, True)
+    assert _gradients(model, dict(cl=1.0), data) == dict(
+        embedding=True, adapters=True, generator=True, sr_adapters=True, discriminator=False,
+        backbone=False)
+    assert _gradients(model, dict(disentangler=1.0), data) == dict(
+        embedding=True, adapters=False, generator=False, sr_adapters=True, discriminator=True,
+        backbone=False)
