@@ -723,6 +723,50 @@ def test_cached_media_features_replace_the_image_tower_in_predict(tiny_retriever
     torch.testing.assert_close(outputs[0]['media_embedding'][:2], torch.tensor([0.6, 0.8]))
 
 
+def test_the_cl_weight_scales_l_cl(tiny_retriever):
+    """``loss_cl`` is the phase's ``cl`` weight times the MSE between ``r^T`` and ``r^S``."""
+    model = tiny_retriever
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('cross_lingual', dict(cl=0.25))
+    loss = model(mode='loss', **data)['loss_cl']
+    r_source = model.backbone.encode_source_text(data['source_tokens'])
+    r_target, _ = model.encode_target(data['target_tokens'], data['langs'])
+    torch.testing.assert_close(loss, 0.25 * ((r_target - r_source) ** 2).mean())
+
+
+def test_a_masked_l_cm_is_scaled_by_its_weight():
+    """The ``mask_same_media`` path of ``pair_loss`` weighs its loss too: the weight 0.5 halves
+    the value of weight 1 (which the test above checks by hand)."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_retriever_cfg(losses=dict(
+        cm=dict(type='InfoNCELoss', temperature=0.01, mask_same_media=True))))
+    data = model.data_preprocessor({**BATCH, 'media_keys': media_keys(['a', 'b', 'a', 'd'])}, True)
+    model.set_phase('cross_modal', dict(cm=1.0))
+    whole = model(mode='loss', **data)['loss_cm']
+    model.set_phase('cross_modal', dict(cm=0.5))
+    torch.testing.assert_close(model(mode='loss', **data)['loss_cm'], 0.5 * whole)
+
+
+def test_the_disentangler_weight_scales_each_of_its_losses_under_their_keys():
+    """The phase's ``disentangler`` weight multiplies every loss the SDM returns (already
+    weighted by its own lambdas), each logged as ``loss_<name>``; the SDM's own losses are
+    recomputed from the same ``r^S`` and the same draw of negatives."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('p', dict(cl=1.0, disentangler=0.5))
+    torch.manual_seed(1)
+    losses = model(mode='loss', **data)
+    torch.manual_seed(1)
+    r_source = model.backbone.encode_source_text(data['source_tokens'])
+    tokens = model.language_branch.read(data['target_tokens'])
+    _, own = model.disentangler(model.language_branch.embed(tokens), tokens, r_source=r_source)
+    assert set(own) == {'sc', 'adv'}
+    assert set(losses) == {'loss_cl', 'loss_sc', 'loss_adv'}
+    for name, value in own.items():
+        torch.testing.assert_close(losses[f'loss_{name}'], 0.5 * value)
+
+
 def _gradients(model, weights, data):
     """``{part: whether a parameter of it got a non-zero gradient}`` after one backward of the
     phase ``weights``' total loss; the SDM's parts by name (one SDM, or one per language)."""
