@@ -805,3 +805,18 @@ def test_which_parts_of_dasd_each_phase_loss_trains(per_language):
     assert _gradients(model, dict(disentangler=1.0), data) == dict(
         embedding=True, adapters=False, generator=False, sr_adapters=True, discriminator=True,
         backbone=False)
+
+
+def test_cached_media_features_replace_the_image_tower_in_l_cm(tiny_retriever):
+    """A training batch carrying ``media_features`` (a feature cache) computes ``L_CM`` against
+    them, as rows ``[E]`` too (another collate's form): InfoNCE τ=0.01 by hand."""
+    model = tiny_retriever
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('cross_modal', dict(cm=1.0))
+    cached = torch.randn(4, 32, generator=torch.Generator().manual_seed(3))
+    loss = model(mode='loss', **data, media_features=list(cached))['loss_cm']
+    r_target, _ = model.encode_target(data['target_tokens'], data['langs'])
+    logits = 100 * F.normalize(r_target, dim=-1) @ F.normalize(cached, dim=-1).t()
+    labels = torch.arange(4)
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
