@@ -820,3 +820,26 @@ def test_cached_media_features_replace_the_image_tower_in_l_cm(tiny_retriever):
     labels = torch.arange(4)
     expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
     torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_mixed_language_dasd_step_aligns_each_caption_through_its_own_languages_adapters():
+    """In training, a DASD batch mixing German and Chinese runs every caption through its own
+    language's dynamic adapters (the membership the step builds from ``langs``): ``L_CL``
+    equals the MSE between the paper's equations run by open_clip and ``r^S``; the Chinese and
+    German adapters differ, so a caption routed to the other language's would not."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    with torch.no_grad():
+        for parameter in [*model.language_branch.adapters.parameters(),
+                          *model.disentangler.parameters()]:
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+    data = model.data_preprocessor(BATCH, True)
+    model.set_phase('cross_lingual', dict(cl=1.0))
+    loss = model(mode='loss', **data)['loss_cl']
+    with torch.no_grad():
+        r_source = model.backbone.encode_source_text(data['source_tokens'])
+        tokens = data['target_tokens']
+        r_target = dasd_reference(model, tokens, data['langs'])
+        swapped = dasd_reference(model, tokens, ['zh', 'de', 'zh', 'de'])
+    assert not torch.allclose(r_target, swapped, atol=1e-3)
+    torch.testing.assert_close(loss, ((r_target - r_source) ** 2).mean(), atol=1e-5, rtol=1e-5)
