@@ -843,3 +843,28 @@ def test_a_mixed_language_dasd_step_aligns_each_caption_through_its_own_language
         swapped = dasd_reference(model, tokens, ['zh', 'de', 'zh', 'de'])
     assert not torch.allclose(r_target, swapped, atol=1e-3)
     torch.testing.assert_close(loss, ((r_target - r_source) ** 2).mean(), atol=1e-5, rtol=1e-5)
+
+
+def test_l_cm_trains_the_branch_and_the_sdm_through_the_condition_and_not_the_towers():
+    """The cross-modal phase's ``L_CM`` reaches the embedding block, the dynamic adapters and,
+    through ``W^z``, the generator; the frozen towers and the discriminator get nothing."""
+    torch.manual_seed(0)
+    model = MODELS.build(tiny_dasd_cfg())
+    with torch.no_grad():  # W_up of the dynamic adapters starts at zero: give them a say
+        for parameter in model.language_branch.adapters.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+    assert _gradients(model, dict(cm=1.0), model.data_preprocessor(BATCH, True)) == dict(
+        embedding=True, adapters=True, generator=True, sr_adapters=True, discriminator=False,
+        backbone=False)
+
+
+def test_source_cm_fine_tunes_both_towers_once_unfrozen(tiny_retriever):
+    """A source fine-tuning phase (the CL-FT setting) that unfreezes the backbone trains its
+    text tower and its image tower: the frozen-tower context gives both their graphs then."""
+    model = tiny_retriever
+    model.backbone.requires_grad_(True)
+    model.set_phase('finetune', dict(source_cm=1.0))
+    model(mode='loss', **model.data_preprocessor(BATCH, True))['loss_source_cm'].backward()
+    clip = model.backbone.clip
+    for tower in (clip.visual, clip.transformer):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in tower.parameters())
