@@ -333,11 +333,6 @@ def _is_result_table(csv_path: Path) -> bool:
     return header.split(b',')[0] == b'model'
 
 
-def _test_loaders(runner) -> list:
-    loop = runner.test_loop
-    return getattr(loop, 'dataloaders', None) or [loop.dataloader]
-
-
 def summary_languages(runner) -> dict[str, list[str]]:
     """Per metric prefix, the languages its summaries (``mAR``, the sums) are over, as each
     retrieval metric recorded them while scoring (the source language is reported, not
@@ -355,8 +350,9 @@ def check_test_languages(runner, model) -> None:
     another media count than its metric's protocol is defined on (COCO 5K on a 1K file)."""
     from xmr.apis import check_languages
     from xmr.engine.data_languages import check_gallery_sizes, check_media_sizes
+    from xmr.engine.eval_loops import scored_loaders
 
-    for loader in _test_loaders(runner):
+    for loader, _ in scored_loaders(runner.test_loop):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         where = f"test dataset {metainfo.get('dataset', type(loader.dataset).__name__)}"
         if metainfo.get('ann_file'):
@@ -382,6 +378,7 @@ def run_test(args: argparse.Namespace, cfg: Config):
     """
     from xmr.apis import CheckpointMismatchError, load_trained_checkpoint
     from xmr.datasets.held_out import check_test_held_out
+    from xmr.engine.eval_loops import scored_loaders
     from xmr.engine.runner import ResumeCheckedRunner, runner_name_in_process
     from xmr.engine.wrappers import unwrap_model
     from xmr.evaluation import (
@@ -405,7 +402,8 @@ def run_test(args: argparse.Namespace, cfg: Config):
         meta = load_trained_checkpoint(model, args.checkpoint)
         check_test_languages(runner, model)
         # After the checkpoint and languages, cheaper to refuse: a training set is read whole.
-        check_test_held_out(cfg, [loader.dataset for loader in _test_loaders(runner)])
+        check_test_held_out(cfg, [loader.dataset
+                                  for loader, _ in scored_loaders(runner.test_loop)])
         scored = scored_datasets(runner.test_loop)
         if args.format == 'clip_benchmark':
             comparable_entries(scored)

@@ -641,8 +641,8 @@ def test_a_test_set_without_the_back_translations_routine_3_queries_with_stops_b
     dataset = SimpleNamespace(metainfo={'dataset': 'xtd10', 'ann_file': 'test.json',
                                         'languages': ['en', 'de'],
                                         'back_translated_languages': []})
-    runner = SimpleNamespace(test_loop=SimpleNamespace(dataloader=SimpleNamespace(
-        dataset=dataset)))
+    runner = SimpleNamespace(test_loop=SimpleNamespace(
+        dataloader=SimpleNamespace(dataset=dataset), evaluator=SimpleNamespace(metrics=[])))
     with pytest.raises(ValueError, match=(r"^test dataset xtd10 \(test.json\): routine "
                                           r"'routine3' queries \['de'\]")):
         load_tool().check_test_languages(runner, build('routine3'))
@@ -654,8 +654,8 @@ def test_a_test_set_of_another_media_size_than_the_image_tower_stops_before_enco
 
     dataset = SimpleNamespace(transform=SimpleNamespace(size=(64, 64)), with_media=True,
                               metainfo={'dataset': 'multi30k', 'ann_file': 'test.json'})
-    runner = SimpleNamespace(test_loop=SimpleNamespace(dataloader=SimpleNamespace(
-        dataset=dataset)))
+    runner = SimpleNamespace(test_loop=SimpleNamespace(
+        dataloader=SimpleNamespace(dataset=dataset), evaluator=SimpleNamespace(metrics=[])))
     model = SimpleNamespace(backbone=SimpleNamespace(image_size=(32, 32)))
     with pytest.raises(ValueError, match=(
             r'^test dataset multi30k \(test.json\): its transform gives 64x64 media, but the '
