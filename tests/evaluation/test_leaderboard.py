@@ -862,3 +862,24 @@ def test_rows_of_one_name_are_told_apart_by_their_checkpoint_s_folders():
     assert [line.split('|')[1].strip() for line in table.splitlines()[4:9]] == [
         'dasd (iter_9, seed 0) [lr_high/run]', 'dasd (iter_9, seed 0) [lr_low/run]',
         'other (iter_9, seed 0)', 'same (iter_9, seed 0)', 'same (iter_9, seed 0)']
+
+
+def test_a_recall_of_zero_is_a_value_in_the_table_and_the_csv_not_a_missing_one(tmp_path):
+    """A language the model cannot retrieve at all scores R@1 = 0: the table shows 0.00 and the
+    CSV 0.0, where a language the row lacks shows '-' and an empty cell."""
+    zero = EvaluationResult('untrained', {'de/AR': 0.0, 'fr/AR': 10.0, 'mAR': 5.0})
+    partial = EvaluationResult('partial', {'de/AR': 20.0, 'mAR': 20.0})
+    assert leaderboard_table([zero, partial])[1] == [['untrained', '0.00', '10.00', '5.00'],
+                                                     ['partial', '20.00', '-', '20.00']]
+    write_csv(tmp_path / 'r.csv', [zero, partial])
+    with open(tmp_path / 'r.csv', newline='', encoding='utf-8') as handle:
+        assert list(csv.reader(handle))[1:] == [['untrained', '0.0', '10.0', '5.0'],
+                                                ['partial', '20.0', '', '20.0']]
+
+
+def test_seeds_that_agree_show_a_deviation_of_zero_beside_their_mean():
+    """Two seeds scoring 40 and 40 are a row over seeds whose deviation is 0: '40.00 ± 0.00',
+    not '40.00', which reads as the row of one seed."""
+    runs = mean_over_seeds([_seed_result(0, 40.0), _seed_result(1, 40.0)])
+    assert leaderboard_table(runs)[1] == [
+        ['dasd (iter_900, seeds 0, 1)', '40.00 ± 0.00', '40.00 ± 0.00']]
