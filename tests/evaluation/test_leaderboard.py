@@ -883,3 +883,27 @@ def test_seeds_that_agree_show_a_deviation_of_zero_beside_their_mean():
     runs = mean_over_seeds([_seed_result(0, 40.0), _seed_result(1, 40.0)])
     assert leaderboard_table(runs)[1] == [
         ['dasd (iter_900, seeds 0, 1)', '40.00 ± 0.00', '40.00 ± 0.00']]
+
+
+def test_a_row_over_seeds_records_its_seeds_in_order_and_no_single_seed():
+    """The averaged result lists the seeds it is over (sorted, as its label) and drops the
+    first seed's ``seed``: kept, the row would read as that one seed's result, and be averaged
+    again as that seed."""
+    run, = mean_over_seeds([_seed_result(2, 30.0), _seed_result(0, 10.0), _seed_result(1, 20.0)])
+    assert run.extra['seeds'] == [0, 1, 2]
+    assert 'seed' not in run.extra
+    with pytest.raises(ValueError, match=r'records no seed \(seed: None\)'):
+        mean_over_seeds([run])
+
+
+def test_seeds_of_one_checkpoint_on_other_test_sets_are_runs_of_their_own():
+    """Multi30K's test and val splits report the same keys: grouped by config and checkpoint
+    alone, seed 0 on test (10) and seed 1 on val (30) were one row of 20.00 ± 14.14."""
+    test = {'dataset': 'multi30k', 'split': 'test', 'languages': ['de']}
+    runs = mean_over_seeds([replace(_seed_result(0, 10.0), test_sets=[test]),
+                            replace(_seed_result(1, 30.0), test_sets=[dict(test, split='val')]),
+                            replace(_seed_result(1, 20.0), test_sets=[test])])
+    # test: seeds 10 and 20, mean 15, std sqrt((25 + 25) / 1) = 7.07; val: 30 alone.
+    assert [(run.name, run.metrics['m30k/mAR']) for run in runs] == [
+        ('dasd (iter_900, seeds 0, 1)', 15.0), ('dasd (iter_900, seed 1)', 30.0)]
+    assert runs[0].seed_std['m30k/mAR'] == pytest.approx(50 ** 0.5)
