@@ -907,3 +907,48 @@ def test_seeds_of_one_checkpoint_on_other_test_sets_are_runs_of_their_own():
     assert [(run.name, run.metrics['m30k/mAR']) for run in runs] == [
         ('dasd (iter_900, seeds 0, 1)', 15.0), ('dasd (iter_900, seed 1)', 30.0)]
     assert runs[0].seed_std['m30k/mAR'] == pytest.approx(50 ** 0.5)
+
+
+def test_a_bare_summary_over_no_language_keys_of_its_own_is_the_last_column():
+    """The cross-dataset mAR of MultiDatasetValLoop beside bare keys of another statistic (an
+    English-only text->image metric's en/t2i_R@1, no AR): the mAR is a last column, as the
+    module says, not lost to a bare dataset shown by its R@1 without a summary."""
+    metrics = {'x/de/AR': 40.0, 'x/mAR': 40.0, 'en/t2i_R@1': 80.0, 'mAR': 40.0}
+    assert [(c.key, c.kind) for c in leaderboard_columns(metrics)] == [
+        ('x/de/AR', 'language'), ('x/mAR', 'summary'), ('mAR', 'overall')]
+    # A dataset reporting a summary and no language of it adds nothing, not a second mAR.
+    assert [c.key for c in leaderboard_columns({'a/mAR': 1.0, 'mAR': 1.0})] == ['mAR']
+
+
+def test_the_cross_dataset_summary_stays_last_when_a_later_result_adds_a_dataset():
+    first = EvaluationResult('one', {'a/de/AR': 1.0, 'a/mAR': 1.0, 'mAR': 1.0})
+    second = EvaluationResult('two', {'a/de/AR': 2.0, 'a/mAR': 2.0, 'b/ja/AR': 4.0,
+                                      'b/mAR': 4.0, 'mAR': 3.0})
+    assert leaderboard_table([first, second]) == (
+        ['model', 'a/de', 'a/mAR', 'b/ja', 'b/mAR', 'mAR'],
+        [['one', '1.00', '1.00', '-', '-', '1.00'], ['two', '2.00', '2.00', '4.00', '4.00',
+                                                     '3.00']])
+
+
+def test_a_text_under_a_language_key_is_no_column():
+    """A metric of the user's may report a note under a per-language key: it has no number to
+    show, so no column (formatting it as one stopped the table)."""
+    metrics = {'de/AR': 'n/a', 'fr/AR': 50.0, 'mAR': 50.0}
+    assert [c.key for c in leaderboard_columns(metrics)] == ['fr/AR', 'mAR']
+    assert leaderboard_table([EvaluationResult('r', metrics)]) == (
+        ['model', 'fr', 'mAR'], [['r', '50.00', '50.00']])
+
+
+def test_a_summarys_legend_counts_the_languages_of_its_own_statistic_alone():
+    """Rows scoring one dataset by AR and by text->image R@1: mAR's legend names the AR columns
+    it is over and the AR column it leaves out, not the R@1 column of the same language."""
+    both = EvaluationResult('both', {'m/en/AR': 90.0, 'm/de/t2i_R@1': 30.0, 'm/de/AR': 50.0,
+                                     'm/mAR': 50.0}, extra={'summary_languages': {'m': ['de']}})
+    one_way = EvaluationResult('t2i', {'m/en/t2i_R@1': 70.0, 'm/de/t2i_R@1': 20.0,
+                                       'm/t2i_R@1_sum': 20.0},
+                               extra={'summary_languages': {'m': ['de']}})
+    assert column_legend([both, one_way]) == [
+        'm: AR = mean of R@1 both ways; mAR = mean AR',
+        'm: text→image R@1 summed over the target languages',
+        'm/mAR is over de; en: reported, not averaged',
+        'm/t2i_R@1_sum is over de; en: reported, not summed']
