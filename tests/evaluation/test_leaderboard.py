@@ -11,6 +11,7 @@ import torch
 
 from xmr.evaluation.leaderboard import (
     EvaluationResult,
+    caption_token_lines,
     column_legend,
     display_width,
     format_table,
@@ -937,6 +938,59 @@ def test_a_text_under_a_language_key_is_no_column():
     assert [c.key for c in leaderboard_columns(metrics)] == ['fr/AR', 'mAR']
     assert leaderboard_table([EvaluationResult('r', metrics)]) == (
         ['model', 'fr', 'mAR'], [['r', '50.00', '50.00']])
+
+
+def test_only_the_cut_languages_contexts_count_and_large_counts_are_grouped():
+    """DASD's source language is read by the source tower (77 tokens), the targets by the branch
+    (64): with only target captions cut, the one context that cut is named once, and the counts
+    are written with thousands separators (1,234 of 10,000 = 12.3%)."""
+    counts = {'en': _counts(0, 10000, 77), 'de': _counts(1234, 10000, 64)}
+    test_set = {'dataset': 'm', 'split': 'test', 'languages': ['en', 'de'],
+                'caption_token_counts': counts}
+    assert caption_token_lines('run', [test_set]) == [
+        "run: captions longer than the model's text context (64 tokens), encoded cut (their "
+        'recalls are of truncated text): de 12.3% (1,234 of 10,000); tools/caption_tokens.py '
+        'counts them']
+
+
+def test_a_metric_reporting_no_skipped_media_is_not_counted():
+    """A metric recording 0 skipped media skipped none: the legend counts the one that did, as
+    the count of a single metric."""
+    result = EvaluationResult('run', {'de/AR': 50.0, 'mAR': 50.0, 'skipped_media': 0.0,
+                                      'pooled/de/AR': 40.0, 'pooled/mAR': 40.0,
+                                      'pooled/skipped_media': 3.0})
+    assert result.skipped_by_metric == {'pooled': 3}
+    assert leaderboard_markdown([result]).splitlines()[-1] == (
+        "- run *: 3 unreadable media skipped (on_corrupt='skip'); its recalls are over a "
+        'smaller gallery')
+
+
+def test_a_user_metrics_array_of_several_numbers_is_left_out():
+    """A numpy array of per-query ranks holds no single number (``item`` raises ValueError, as
+    a tensor's raises RuntimeError): it is left out, not an error stopping the table."""
+    assert plain_metrics({'ranks': np.arange(3), 'de/AR': np.float64(40.0)}) == {'de/AR': 40.0}
+
+
+def test_a_leaderboard_of_no_result_is_refused():
+    with pytest.raises(ValueError, match='a leaderboard needs at least one result'):
+        leaderboard_markdown([])
+
+
+def test_a_result_whose_test_sets_are_not_a_list_of_sets_is_refused(tmp_path):
+    """A hand-edited test_sets ('multi30k') would be read as a list of letters and stop the
+    table's heading."""
+    (tmp_path / 'bad.json').write_text(json.dumps(
+        {'format': 'xmr-test-result', 'version': 1, 'metrics': {'de/AR': 1.0, 'mAR': 1.0},
+         'test_sets': 'multi30k'}))
+    with pytest.raises(ValueError, match=r'bad\.json: test_sets must be a list of '
+                       r'\{dataset, split, languages\}'):
+        load_result(tmp_path / 'bad.json')
+
+
+def test_a_result_without_a_name_is_labelled_by_its_file(tmp_path):
+    (tmp_path / 'lora_iter_9_test.json').write_text(json.dumps(
+        {'format': 'xmr-test-result', 'version': 1, 'metrics': {'de/AR': 1.0, 'mAR': 1.0}}))
+    assert load_result(tmp_path / 'lora_iter_9_test.json').name == 'lora_iter_9_test'
 
 
 def test_a_summarys_legend_counts_the_languages_of_its_own_statistic_alone():
