@@ -1006,3 +1006,24 @@ def test_a_summarys_legend_counts_the_languages_of_its_own_statistic_alone():
         'm: text→image R@1 summed over the target languages',
         'm/mAR is over de; en: reported, not averaged',
         'm/t2i_R@1_sum is over de; en: reported, not summed']
+
+
+def test_counts_of_a_language_every_caption_of_which_is_cut_or_unknown_are_read_back(tmp_path):
+    """The bounds are inclusive: all 5 captions cut and all 20 tokens unknown (a script the
+    vocabulary lacks altogether) are counts a result holds; a count of another field is not."""
+    test_set = {'dataset': 'xtd10', 'split': 'test', 'languages': ['th'],
+                'caption_token_counts': {'th': _counts(5, 5, 77, unknown=20, pieces=20)}}
+    save_result(tmp_path / 'all.json', EvaluationResult('all', {'th/AR': 1.0, 'mAR': 1.0},
+                                                        test_sets=[test_set]))
+    loaded = load_result(tmp_path / 'all.json')
+    assert loaded.test_sets == [test_set]
+    assert caption_token_lines('all', loaded.test_sets) == [
+        "all: captions longer than the model's text context (77 tokens), encoded cut (their "
+        'recalls are of truncated text): th 100.0% (5 of 5); tools/caption_tokens.py counts them',
+        'all: tokens its vocabulary lacks, read as unknown (the words they stand for are lost): '
+        'th 100.0% of the tokens; tools/caption_tokens.py counts them']
+    more = {'th': {**_counts(1, 5, 77), 'long': 1}}
+    save_result(tmp_path / 'more.json', EvaluationResult(
+        'more', {'th/AR': 1.0}, test_sets=[{**test_set, 'caption_token_counts': more}]))
+    with pytest.raises(ValueError, match=r"more\.json: a test set's caption_token_counts"):
+        load_result(tmp_path / 'more.json')
