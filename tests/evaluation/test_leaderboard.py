@@ -292,6 +292,25 @@ def test_rows_summarising_a_dataset_differently_get_columns_titled_by_their_stat
                                               'languages']
 
 
+@pytest.mark.parametrize('order', ['summed_first', 'unsummed_first'])
+def test_a_row_without_a_summary_shares_the_columns_of_the_sum_of_its_statistic(order):
+    """A text->video run beside an English-only run of the same gallery (t2i_R@1, no sum): both
+    report v/en/t2i_R@1, which the text->video sum's language columns show. With the English
+    row first, its columns were read as the text->image sum's: every column was titled by its
+    key and the legend had a second line for v, 'no summary reported' beside the sum."""
+    video = EvaluationResult('video', {'v/en/t2i_R@1': 30.0, 'v/de/t2i_R@1': 20.0,
+                                       'v/t2v_R@1_sum': 20.0},
+                             extra={'summary_languages': {'v': ['de']}})
+    english = EvaluationResult('en', {'v/en/t2i_R@1': 40.0})
+    rows = [video, english] if order == 'summed_first' else [english, video]
+    header, table = leaderboard_table(rows)
+    assert header == ['model', 'v/en', 'v/de', 'v/t2v_R@1_sum']
+    assert {row[0]: row[1:] for row in table} == {'video': ['30.00', '20.00', '20.00'],
+                                                  'en': ['40.00', '-', '-']}
+    assert column_legend(rows) == ['v: text→video R@1 summed over the target languages',
+                                   'v/t2v_R@1_sum is over de; en: reported, not summed']
+
+
 def test_bare_keys_beside_prefixed_ones_are_not_called_all_columns():
     """CDDS's configs score the token ranking under bare keys beside pooled/...: the legend
     said 'all columns' of the bare ones, then described the others."""

@@ -893,6 +893,16 @@ def _union_columns(results: Sequence[EvaluationResult]) -> list[Column]:
             found.setdefault(column.key, column)
     columns = []
     for found in datasets.values():
+        # A row without a summary takes the last headline of its statistic (t2i_R@1: the
+        # text->image sum); another row's summary of that statistic (the text->video sum) is
+        # the one its language columns show, whichever row comes first.
+        summarised: dict[str, Headline] = {}
+        for column in found.values():
+            if column.kind == 'summary':
+                summarised.setdefault(column.headline.per_language, column.headline)
+        found = {key: replace(column, headline=summarised.get(column.headline.per_language,
+                                                              column.headline))
+                 if column.kind == 'language' else column for key, column in found.items()}
         # Rows summarising a dataset by other statistics (AR here, text->image R@1 there)
         # would show two columns titled by the language alone: each is titled by its key.
         mixed = len({column.headline for column in found.values()}) > 1
