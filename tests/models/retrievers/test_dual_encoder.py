@@ -5,13 +5,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import TINY_CLIP, tiny_backbone_cfg
+from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_sentence_encoder
 from tests.models.backbones.mclip_helpers import TOKENIZER_FILE, tiny_mclip_cfg
 from tests.models.losses.test_vse_hinge import triplet_loop
 from xmr.datasets import retrieval_collate
 from xmr.engine.loops import _losses_run
 from xmr.models.disentanglers.cdds import column_statistics
 from xmr.models.losses.cdds import CDDSDistributionSamplingLoss, patch_word_similarity
+from xmr.models.retrievers.dual_encoder import _real_tokens
 from xmr.registry import MODELS, check_part_options
 
 BATCH = dict(
@@ -409,3 +410,147 @@ def test_a_dual_encoder_its_config_alone_refuses_is_refused_as_the_config_loads(
         check_part_options(MODELS, cfg, 'model')
     with pytest.raises(error, match=message):
         MODELS.build(cfg)
+
+
+def test_no_caption_languages_are_refused_as_the_config_loads_when_training_on_targets():
+    """``train_text='target'`` reads no source caption, so only the emptiness check stands
+    between ``languages=[]`` and a model that refuses every caption it is given."""
+    cfg = dict(type='DualEncoderRetriever', backbone=tiny_backbone_cfg(), languages=[],
+               train_text='target')
+    message = '^the dual encoder needs at least one caption language$'
+    with pytest.raises(ValueError, match=message):
+        check_part_options(MODELS, cfg, 'model')
+    with pytest.raises(ValueError, match=message):
+        MODELS.build(cfg)
+
+
+def test_a_text_only_backbone_is_refused_naming_the_token_encoders_it_lacks(
+        tmp_path, sentence_encoder_module):
+    """A :class:`TextBackbone` has no image tower: refused as the model builds, by its type,
+    not by whichever image attribute is read first."""
+    folder = tiny_sentence_encoder(tmp_path / 'teacher')
+    with pytest.raises(TypeError, match=r'^SentenceEncoder is not a VisionLanguageBackbone, '
+                                        r'whose token-level encoders the dual encoder reads$'):
+        build(backbone=dict(type='SentenceEncoder', folder=str(folder)))
+
+
+@pytest.mark.parametrize('missing, message', [
+    ('source_tokens', "^train_text='source' needs 'source_text' in every batch$"),
+    ('media', "^the dual encoder needs 'media' in every training batch$")])
+def test_a_training_batch_without_what_the_dual_encoder_reads_is_refused_by_name(missing,
+                                                                                 message):
+    """A batch without the captions ``train_text`` picks, or without images, names the
+    missing key rather than failing inside a tower."""
+    model = build()
+    data = model.data_preprocessor(BATCH, True)
+    data[missing] = None
+    with pytest.raises(ValueError, match=message):
+        model(mode='loss', **data)
+
+
+def test_itc_in_a_phase_that_trains_the_disentangler_reaches_both_unets():
+    """``itc`` contrasts the pooled semantic components of the disentangler's own pass: its
+    gradient alone must reach both UNets' semantic paths, not stop at the components."""
+    model = build(disentangler=CDDS)
+    model.set_phase('cdds', dict(disentangler=1.0, itc=1.0))
+    losses = model(mode='loss', **model.data_preprocessor(BATCH, True))
+    for unet in (model.disentangler.image_unet, model.disentangler.text_unet):
+        parameters = list(unet.semantic_decoder.parameters())
+        grads = torch.autograd.grad(losses['loss_itc'], parameters, retain_graph=True,
+                                    allow_unused=True)
+        assert any(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_tower_itc_masks_the_other_captions_of_one_image_too():
+    """Items 0 and 2 caption image 'a': ``tower_itc`` built to mask them reads the batch's
+    media ids as ``itc`` does (VSE++ with LAPS's mask against the loop)."""
+    media = ['a', 'b', 'a', 'd']
+    items = [dict(media=BATCH['media'][row], media_id=media_id,
+                  source_text=BATCH['source_text'][row], lang='de')
+             for row, media_id in enumerate(media)]
+    model = build(losses=dict(tower_itc=dict(type='VSEHingeLoss', hardest_after_pairs=None,
+                                             mask_same_media=True)))
+    data = model.data_preprocessor(retrieval_collate(items), True)
+    loss = model(mode='loss', **data)['loss_tower_itc']
+    image = model.backbone.encode_image(data['media'])
+    text = model.backbone.encode_source_text(data['source_tokens'])
+    torch.testing.assert_close(loss, triplet_loop(image, text, 0.2, False, media))
+
+
+def test_distribution_sampling_trains_both_towers_when_they_are_unfrozen():
+    """The Table 4 plug-in aligns the towers themselves: with their weights trainable, its
+    loss alone gives both the image and the text tower a gradient."""
+    model = build(losses=dict(distribution_sampling=dict(type='CDDSDistributionSamplingLoss',
+                                                         temperature=0.1)))
+    model.backbone.requires_grad_(True)
+    model(mode='loss', **model.data_preprocessor(BATCH, True))[
+        'loss_distribution_sampling'].backward()
+    clip = model.backbone.clip
+    for tower in (clip.visual, clip.transformer):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in tower.parameters())
+
+
+def test_a_plug_in_whose_correlation_is_per_batch_needs_no_dataset_pass():
+    """Only a ``'dataset'``-mode correlation takes statistics from a pass over the dataset;
+    the plug-in's default (per batch) is no dataset correlation, and accumulating a batch
+    without media is refused by name."""
+    model = build(losses=dict(distribution_sampling=dict(type='CDDSDistributionSamplingLoss')))
+    assert model.losses['distribution_sampling'].correlation.mode == 'batch'
+    assert model.dataset_correlations() == []
+    data = model.data_preprocessor(BATCH, False)
+    data['media'] = None
+    with pytest.raises(ValueError, match="^accumulating the correlation needs 'media' in "
+                                         'every batch$'):
+        model.accumulate_correlation(**data)
+
+
+def test_predicted_embeddings_and_tokens_carry_no_autograd_graph():
+    """Called with autograd on, ``predict`` still hands the metric plain tensors: CDDS's
+    semantic components come from UNets whose weights require gradients, and a graph kept
+    for every gallery batch would hold the UNets' activations until the metric ends."""
+    model = build(disentangler=CDDS, retrieval_score='patch_word').eval()
+    batch = dict(media=BATCH['media'][:2], media_id=['a', 'b'],
+                 captions=[{'en': ['a red circle']}, {'en': ['a blue square']}])
+    with torch.enable_grad():
+        outputs = model(mode='predict', **model.data_preprocessor(batch, False))
+    for out in outputs:
+        tensors = [out['media_embedding'], out['caption_embeddings']['en'],
+                   out['media_tokens'], *out['caption_tokens']['en']]
+        assert not any(t.requires_grad for t in tensors)
+
+
+def test_real_tokens_are_float32_on_the_host_whatever_the_towers_precision():
+    """Half-precision towers' tokens reach the metric in float32, each sample's real ones."""
+    tokens = torch.arange(12, dtype=torch.bfloat16).reshape(2, 3, 2)
+    mask = torch.tensor([[True, False, True], [False, True, False]])
+    first, second = _real_tokens(tokens, mask)
+    assert first.dtype == second.dtype == torch.float32
+    torch.testing.assert_close(first, torch.tensor([[0., 1.], [4., 5.]]))
+    torch.testing.assert_close(second, torch.tensor([[8., 9.]]))
+
+
+def test_a_cdds_checkpoint_loaded_into_a_plain_dual_encoder_names_the_disentangler():
+    """The facts name the disentangler's type (``None`` without one): a checkpoint of the
+    other method says so rather than listing its keys."""
+    cdds, plain = build(disentangler=CDDS), build()
+    assert cdds.checkpoint_facts()['disentangler'] == 'CDDSDisentangler'
+    assert plain.checkpoint_facts()['disentangler'] is None
+    with pytest.raises(ValueError, match="disentangler: checkpoint 'CDDSDisentangler' vs "
+                                         'config None'):
+        plain.load_state_dict(cdds.state_dict())
+
+
+def test_configured_languages_are_the_canonical_codes_the_built_model_reads():
+    """Read from the config alone (``xmr.apis.trained_languages`` before a build): the codes
+    in the datasets' form, ``('en',)`` when left out."""
+    kind = MODELS.get('DualEncoderRetriever')
+    assert kind.configured_languages(dict(languages=['eng', 'DE'])) == ['en', 'de']
+    assert kind.configured_languages({}) == ['en']
+
+
+def test_a_source_language_other_than_english_is_the_models_and_its_preprocessors():
+    """``source_language='deu'``: the model and the preprocessor that tokenises the pairs'
+    source captions both read German, in its canonical code."""
+    model = build(languages=['en', 'de'], source_language='deu')
+    assert model.source_language == 'de'
+    assert model.data_preprocessor.source_language == 'de'
