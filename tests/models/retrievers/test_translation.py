@@ -232,3 +232,143 @@ def test_a_preprocessor_config_without_a_type_is_checked_as_the_translation_ones
             r"^model\.data_preprocessor\.source_through_branch: model "
             r"RetrievalDataPreprocessor: unknown option 'source_through_branch'")):
         check_part_options(MODELS, dict(type='CrossLingualRetriever', **options), 'model')
+
+
+@pytest.mark.parametrize('options, error, message', [
+    (dict(english_encoder='teacher'), ValueError,
+     r"^english_encoder 'teacher' is not one of \('branch', 'frozen'\)$"),
+    (dict(disentangler=dict(type='SemanticsDisentangler')), ValueError,
+     '^TranslationAlignmentRetriever takes no disentangler$'),
+    (dict(language_branch=None), ValueError,
+     '^TranslationAlignmentRetriever needs a language_branch'),
+    (dict(data_preprocessor=dict(type='RetrievalDataPreprocessor')), TypeError,
+     '^TranslationAlignmentRetriever reads the translated texts a TranslationDataPreprocessor '
+     'tokenises; got RetrievalDataPreprocessor$')])
+def test_a_translation_retriever_it_cannot_train_is_refused_as_it_builds(options, error,
+                                                                        message):
+    """Each option would build a cross-lingual retriever that trains or queries something
+    other than the routine says (no per-language modules, untokenised translations)."""
+    with pytest.raises(error, match=message):
+        build('routine1', **options)
+
+
+def test_a_training_batch_without_languages_is_refused_by_name():
+    """Each text goes through its language's module: a batch without ``lang`` names the
+    missing key rather than failing inside the branch."""
+    model = build('target_only')
+    data = model.data_preprocessor(BATCH, True)
+    data['langs'] = None
+    with pytest.raises(ValueError, match="^this phase's losses need 'lang' in every batch$"):
+        model(mode='loss', **data)
+
+
+def test_a_frozen_english_partner_without_source_captions_or_features_is_refused_by_name():
+    """The frozen tower reads the source captions (or their cached features): a batch with
+    neither names what routine 1 needs."""
+    model = build('routine1', english_encoder='frozen')
+    model.set_phase('train', dict(cm=1.0, align=1.0))
+    data = model.data_preprocessor(BATCH, True)
+    data['source_tokens'] = None
+    with pytest.raises(ValueError, match="^routine 'routine1' needs source_text in every batch$"):
+        model(mode='loss', **data)
+
+
+def test_the_frozen_english_encoder_leaves_routine2s_translated_partner_on_the_branch():
+    """``english_encoder`` concerns the original English only: routine 2 still aligns with
+    the English MT'd into the target language, through the target branch."""
+    model = build('routine2', english_encoder='frozen')
+    model.set_phase('train', dict(align=1.0))
+    losses = model(mode='loss', **model.data_preprocessor(BATCH, True))
+    query = branch_embed(model, BATCH['target_text'], BATCH['lang'])
+    partner = branch_embed(model, BATCH['source_to_target_text'], BATCH['lang'])
+    torch.testing.assert_close(losses['loss_align'], ((query - partner) ** 2).mean())
+
+
+def test_cached_media_features_replace_the_image_tower_in_the_routines_image_text_loss():
+    """``media_features`` (a feature cache) stand for the image tower: InfoNCE (scale 100)
+    between the query text and them, as rows ``[E]`` too."""
+    model = build('routine3')
+    model.set_phase('train', dict(cm=1.0))
+    cached = torch.randn(3, 32, generator=torch.Generator().manual_seed(3))
+    data = model.data_preprocessor(BATCH, True)
+    loss = model(mode='loss', **data, media_features=list(cached))['loss_cm']
+    query = branch_embed(model, BATCH['target_to_source_text'], BATCH['lang'])
+    torch.testing.assert_close(loss, info_nce(query, cached), rtol=1e-4, atol=1e-5)
+
+
+def test_the_partner_is_encoded_with_each_captions_own_language_module():
+    """A batch listing Chinese first: query and partner of every row go through the module
+    of that row's language."""
+    order = [2, 0, 1]
+    batch = {k: ([v[i] for i in order] if isinstance(v, list) else v[order])
+             for k, v in BATCH.items()}
+    assert batch['lang'] == ['zh', 'de', 'de']
+    model = build('routine2')
+    model.set_phase('train', dict(cm=1.0, align=1.0))
+    losses = model(mode='loss', **model.data_preprocessor(batch, True))
+    query = branch_embed(model, batch['target_text'], batch['lang'])
+    partner = branch_embed(model, batch['source_to_target_text'], batch['lang'])
+    torch.testing.assert_close(losses['loss_align'], ((query - partner) ** 2).mean())
+
+
+def test_a_media_only_gallery_batch_is_embedded_under_a_back_translating_routine():
+    """``xmr.apis.encode_media`` hands ``predict`` media without captions: routines that
+    query with back-translations have none to swap in, and embed the media."""
+    model = build('routine3').eval()
+    batch = {k: EVAL_BATCH[k] for k in ('media', 'media_id', 'index')}
+    outputs = model(mode='predict', **model.data_preprocessor(batch, False))
+    with torch.no_grad():
+        expected = F.normalize(model.backbone.encode_media(
+            model.data_preprocessor(batch, False)['media']), dim=-1)
+    torch.testing.assert_close(torch.stack([o['media_embedding'] for o in outputs]), expected)
+
+
+def test_a_baseline_takes_an_alignment_weight_of_zero():
+    """A zero weight runs no alignment: a baseline's phase may carry one (a schedule shared
+    with the routines), as any loss weighted 0 is dropped."""
+    model = build('target_only')
+    model.set_phase('train', dict(cm=1.0, align=0.0))
+    assert model.loss_weights == {'cm': 1.0}
+
+
+@pytest.mark.parametrize('routine', ['target_only', 'routine1'])
+def test_a_model_before_any_phase_trains_the_image_text_loss_alone(routine):
+    """Not the cross-lingual retriever's ``cl``, which this model does not build: a step
+    before any phase is set computes ``cm`` with weight 1."""
+    model = build(routine)
+    assert model.loss_weights == {'cm': 1.0}
+    data = model.data_preprocessor(BATCH, True)
+    losses = model(mode='loss', **data)
+    assert set(losses) == {'loss_cm'}
+    query = branch_embed(model, BATCH[QUERY_TEXT[routine]], BATCH['lang'])
+    expected = info_nce(query, model.backbone.encode_media(data['media']))
+    torch.testing.assert_close(losses['loss_cm'], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_missing_back_translation_of_the_training_queries_names_the_dataset_option():
+    """Routine 3 queries with the target captions MT'd into English: a batch without them
+    names the dataset option that adds them."""
+    model = build('routine3')
+    batch = {k: v for k, v in BATCH.items() if k != 'target_to_source_text'}
+    with pytest.raises(ValueError, match=r"^routine 'routine3' reads target_to_source_tokens in "
+                                         r"every training batch; give the dataset "
+                                         r"translated_texts=\['target_to_source'\] and the "
+                                         r'model the TranslationDataPreprocessor$'):
+        model(mode='loss', **model.data_preprocessor(batch, True))
+
+
+def test_an_alignment_loss_built_to_mask_reads_the_batchs_media_keys():
+    """An InfoNCE ``align`` masking one image's captions: rows 0 and 2 caption one image, so
+    their cross pairs of query and translation leave both directions' softmax."""
+    model = build('routine1', losses=dict(align=dict(type='InfoNCELoss', temperature=0.01,
+                                                     mask_same_media=True)))
+    data = model.data_preprocessor({**BATCH, 'media_keys': media_keys(['a', 'b', 'a'])}, True)
+    model.set_phase('train', dict(align=1.0))
+    loss = model(mode='loss', **data)['loss_align']
+    query = F.normalize(branch_embed(model, BATCH['target_text'], BATCH['lang']), dim=-1)
+    partner = F.normalize(branch_embed(model, BATCH['source_text'], BATCH['lang']), dim=-1)
+    logits = 100 * query @ partner.t()
+    logits[0, 2] = logits[2, 0] = float('-inf')
+    labels = torch.arange(3)
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
