@@ -354,13 +354,6 @@ class DualEncoderRetriever(BaseRetriever):
             else:
                 correlation.update(image.tokens, image.mask, text.tokens, text.mask)
 
-    # ----------------------------------------------------------------------------- checkpoints
-    def checkpoint_facts(self) -> dict[str, Any]:
-        """The base's facts plus the disentangler's type."""
-        return dict(super().checkpoint_facts(),
-                    disentangler=(type(self.disentangler).__name__
-                                  if self.disentangler is not None else None))
-
 
 def _real_tokens(tokens: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     """Each sample's real tokens, ``[B, N, E]`` -> ``B`` tensors ``[N_b, E]`` (float32, CPU)."""
