@@ -53,23 +53,25 @@ def test_plain_dual_encoder_contrasts_the_towers_own_embeddings():
                                rtol=1e-4, atol=1e-5)
 
 
-def test_a_loss_masking_one_images_captions_reads_them_from_the_collated_media_ids():
+@pytest.mark.parametrize('name', ['itc', 'tower_itc'])
+def test_a_loss_masking_one_images_captions_reads_them_from_the_collated_media_ids(name):
     """Items 0 and 2 are two captions of image 'a': through the collate and the preprocessor,
-    VSE++ with LAPS's mask skips their triplets; a batch without media ids is refused."""
+    VSE++ with LAPS's mask skips their triplets, as ``itc`` or ``tower_itc``; a batch without
+    media ids is refused."""
     media = ['a', 'b', 'a', 'd']
     items = [dict(media=BATCH['media'][row], media_id=media_id,
                   source_text=BATCH['source_text'][row], lang='de')
              for row, media_id in enumerate(media)]
-    model = build(losses=dict(itc=dict(type='VSEHingeLoss', hardest_after_pairs=None,
-                                       mask_same_media=True)))
+    model = build(losses={name: dict(type='VSEHingeLoss', hardest_after_pairs=None,
+                                     mask_same_media=True)})
     data = model.data_preprocessor(retrieval_collate(items), True)
-    loss = model(mode='loss', **data)['loss_itc']
+    loss = model(mode='loss', **data)[f'loss_{name}']
     image = model.backbone.encode_image(data['media'])
     text = model.backbone.encode_source_text(data['source_tokens'])
     torch.testing.assert_close(loss, triplet_loop(image, text, 0.2, False, media))
     del data['media_keys']
-    with pytest.raises(ValueError, match=r"loss itc \(VSEHingeLoss, mask_same_media=True\) .* "
-                                         "carry no 'media_id'"):
+    with pytest.raises(ValueError, match=rf"loss {name} \(VSEHingeLoss, mask_same_media=True\) "
+                                         ".* carry no 'media_id'"):
         model(mode='loss', **data)
 
 
@@ -459,22 +461,6 @@ def test_itc_in_a_phase_that_trains_the_disentangler_reaches_both_unets():
         grads = torch.autograd.grad(losses['loss_itc'], parameters, retain_graph=True,
                                     allow_unused=True)
         assert any(g is not None and g.abs().sum() > 0 for g in grads)
-
-
-def test_tower_itc_masks_the_other_captions_of_one_image_too():
-    """Items 0 and 2 caption image 'a': ``tower_itc`` built to mask them reads the batch's
-    media ids as ``itc`` does (VSE++ with LAPS's mask against the loop)."""
-    media = ['a', 'b', 'a', 'd']
-    items = [dict(media=BATCH['media'][row], media_id=media_id,
-                  source_text=BATCH['source_text'][row], lang='de')
-             for row, media_id in enumerate(media)]
-    model = build(losses=dict(tower_itc=dict(type='VSEHingeLoss', hardest_after_pairs=None,
-                                             mask_same_media=True)))
-    data = model.data_preprocessor(retrieval_collate(items), True)
-    loss = model(mode='loss', **data)['loss_tower_itc']
-    image = model.backbone.encode_image(data['media'])
-    text = model.backbone.encode_source_text(data['source_tokens'])
-    torch.testing.assert_close(loss, triplet_loop(image, text, 0.2, False, media))
 
 
 def test_distribution_sampling_trains_both_towers_when_they_are_unfrozen():

@@ -78,15 +78,20 @@ def test_alignment_pairs_the_query_with_the_routines_translation(routine, kind):
     torch.testing.assert_close(losses['loss_align'], 0.3 * expected, rtol=1e-4, atol=1e-6)
 
 
-def test_an_image_text_loss_built_to_mask_reads_the_batchs_media_keys():
-    """Rows 0 and 2 caption one image: their cross pairs leave both directions' softmax."""
-    model = build('routine1', losses=dict(cm=dict(type='InfoNCELoss', temperature=0.01,
-                                                  mask_same_media=True)))
+@pytest.mark.parametrize('name', ['cm', 'align'])
+def test_a_loss_built_to_mask_reads_the_batchs_media_keys(name):
+    """An InfoNCE ``cm`` (query and image) or ``align`` (query and translation) masking one
+    image's captions: rows 0 and 2 caption one image, so their cross pairs leave both
+    directions' softmax."""
+    model = build('routine1', losses={name: dict(type='InfoNCELoss', temperature=0.01,
+                                                 mask_same_media=True)})
     data = model.data_preprocessor({**BATCH, 'media_keys': media_keys(['a', 'b', 'a'])}, True)
-    model.set_phase('train', dict(cm=1.0))
-    loss = model(mode='loss', **data)['loss_cm']
+    model.set_phase('train', {name: 1.0})
+    loss = model(mode='loss', **data)[f'loss_{name}']
     query = F.normalize(branch_embed(model, BATCH['target_text'], BATCH['lang']), dim=-1)
-    logits = 100 * query @ F.normalize(model.backbone.encode_media(data['media']), dim=-1).t()
+    partner = (model.backbone.encode_media(data['media']) if name == 'cm'
+               else branch_embed(model, BATCH['source_text'], BATCH['lang']))
+    logits = 100 * query @ F.normalize(partner, dim=-1).t()
     logits[0, 2] = logits[2, 0] = float('-inf')
     labels = torch.arange(3)
     expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
@@ -355,20 +360,3 @@ def test_a_missing_back_translation_of_the_training_queries_names_the_dataset_op
                                          r"translated_texts=\['target_to_source'\] and the "
                                          r'model the TranslationDataPreprocessor$'):
         model(mode='loss', **model.data_preprocessor(batch, True))
-
-
-def test_an_alignment_loss_built_to_mask_reads_the_batchs_media_keys():
-    """An InfoNCE ``align`` masking one image's captions: rows 0 and 2 caption one image, so
-    their cross pairs of query and translation leave both directions' softmax."""
-    model = build('routine1', losses=dict(align=dict(type='InfoNCELoss', temperature=0.01,
-                                                     mask_same_media=True)))
-    data = model.data_preprocessor({**BATCH, 'media_keys': media_keys(['a', 'b', 'a'])}, True)
-    model.set_phase('train', dict(align=1.0))
-    loss = model(mode='loss', **data)['loss_align']
-    query = F.normalize(branch_embed(model, BATCH['target_text'], BATCH['lang']), dim=-1)
-    partner = F.normalize(branch_embed(model, BATCH['source_text'], BATCH['lang']), dim=-1)
-    logits = 100 * query @ partner.t()
-    logits[0, 2] = logits[2, 0] = float('-inf')
-    labels = torch.arange(3)
-    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
-    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
