@@ -162,6 +162,26 @@ def test_loader_names_file_item_and_key(tmp_path):
     (dict(source_lang=None), 'translation_langs is set but source_lang is missing'),
     (dict(source_lang='de'), "source_lang 'de' is not one of the caption languages"),
     (dict(items=[]), 'the file holds no items'),
+    (dict(languages=[]), r'languages must be a non-empty list of language codes, got \[\]'),
+    (dict(languages=['en', 'jp']), r"languages holds 'jp'; write its canonical code 'ja'"),
+    (dict(languages=['en', 'cs', 'en']), r"languages lists a language twice: \['en', 'cs', 'en'\]"),
+    (dict(media_type='text'), r"item 0: media_path 'a.jpg' in a text-only annotation"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['y'], 'de': ['z']},
+                             {'ja': ['1']})]),
+     r"captions must have exactly the languages \['en', 'cs'\], found \['cs', 'de', 'en'\]"),
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x', 'x2'], 'cs': ['y']}, {'ja': ['1']})]),
+     r"translations\['ja'\] has 1 entries but captions\['en'\] has 2"),
+    # A control character alone (DEL) shows nothing either.
+    (dict(items=[MediaRecord('a', 'a.jpg', {'en': ['x'], 'cs': ['\x7f']}, {'ja': ['1']})]),
+     r"captions\['cs'\]\[0\] must be a non-empty string"),
+    (dict(back_translation_langs=['en']),
+     r"back_translation_langs \['en'\] must be caption languages other than the source 'en'"),
+    (dict(back_translation_langs=['de']),
+     r"back_translation_langs \['de'\] must be caption languages other than the source"),
+    (dict(source_lang=None, translation_langs=[], back_translation_langs=['cs']),
+     'back_translation_langs is set but source_lang is missing'),
+    (dict(back_translation_langs=['cs']),
+     r"back_translations must have exactly the languages \['cs'\], found \[\]"),
 ])
 def test_validation_rejects(change, message):
     with pytest.raises(AnnotationError, match=message):
@@ -221,6 +241,65 @@ def test_foreign_json_is_rejected_with_a_hint(tmp_path):
     path.write_text(json.dumps({'images': []}), encoding='utf-8')
     with pytest.raises(AnnotationError, match='prepare_<dataset>.py'):
         load_annotation(path)
+
+
+def _back_translated(cs_captions: list[str], back_translations: list[str]) -> Annotation:
+    return _annotation(back_translation_langs=['cs'], items=[
+        MediaRecord('a', 'a.jpg', {'en': ['A dog.'], 'cs': cs_captions}, {'ja': ['犬。']},
+                    {'cs': back_translations})])
+
+
+def test_back_translations_are_one_per_caption_of_their_own_language(tmp_path):
+    """Two Czech captions beside one English one take two back-translations (of the Czech
+    captions, into English), and survive the file."""
+    ann = _back_translated(['Pes.', 'Hnědý pes.'], ['A dog.', 'A brown dog.'])
+    dump_annotation(ann, tmp_path / 'ann.json')
+    assert load_annotation(tmp_path / 'ann.json') == ann
+    with pytest.raises(AnnotationError, match=r"back_translations\['cs'\] has 1 entries but "
+                                              r"captions\['cs'\] has 2; each caption needs "
+                                              'exactly one back-translation'):
+        _back_translated(['Pes.', 'Hnědý pes.'], ['A dog.']).validate()
+
+
+def test_a_source_language_alias_is_read_as_its_canonical_code(tmp_path):
+    """A file naming its source ``ces`` beside the caption language ``cs`` was refused: the
+    source is no caption language until both are canonical."""
+    ann = _annotation(source_lang='cs', translation_langs=['ja'], items=[
+        MediaRecord('a', 'a.jpg', {'en': ['A dog.'], 'cs': ['Pes.']}, {'ja': ['犬。']})])
+    path = tmp_path / 'ann.json'
+    dump_annotation(ann, path)
+    path.write_text(path.read_text(encoding='utf-8').replace('"source_lang": "cs"',
+                                                             '"source_lang": "ces"'),
+                    encoding='utf-8')
+    assert load_annotation(path) == ann
+
+
+def test_a_file_of_another_version_is_refused_naming_the_version_read(tmp_path):
+    data = _annotation().to_json()
+    data['version'] = 2
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data), encoding='utf-8')
+    with pytest.raises(AnnotationError, match=r'ann\.json: version 2 is not supported \(this '
+                                              r'xmr reads version 1\)'):
+        load_annotation(path)
+
+
+def test_a_missing_relative_annotation_is_named_with_the_working_directory(tmp_path,
+                                                                           monkeypatch):
+    """A config's paths follow the working directory, not the config's folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f'annotation file not found: data/my_set.json, relative to the working directory '
+            f'{tmp_path}: check ann_file')):
+        load_annotation('data/my_set.json')
+
+
+def test_the_header_of_a_written_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """An editor that saves UTF-8 with a BOM leaves the file a converter's all the same."""
+    path = tmp_path / 'ann.json'
+    dump_annotation(_annotation(), path)
+    path.write_bytes(b'\xef\xbb\xbf' + path.read_bytes())
+    assert written_header(path) == _annotation().header_json()
 
 
 @pytest.mark.parametrize('name, made', [
