@@ -557,10 +557,10 @@ def written_header(path: str | os.PathLike) -> dict[str, Any]:
     try:
         with Path(path).open(encoding='utf-8-sig') as file:
             header, found, _ = file.readline().partition(_ITEMS_OPEN)
-        fields = loads_json(header + '}') if found else {}
+        # A JSON text that ends in its closing brace is an object.
+        return loads_json(header + '}') if found else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
-    return fields if isinstance(fields, dict) else {}
 
 
 def _annotation_lines(ann: Annotation) -> Iterator[str]:
