@@ -178,3 +178,35 @@ def test_a_config_without_training_data_is_not_checked(multi30k, tmp_path, monke
     check_test_held_out(absent)
     check_test_held_out(_test_config(tmp_path, 'multi30k_test.json', allow_eval_overlap=True))
     assert built == []
+
+
+def _written_gallery(tmp_path: Path, name: str, media_paths: list[str]) -> RetrievalDataset:
+    """An image gallery of ``media_paths`` in that order, each with one English caption."""
+    from xmr.datasets.annotation import Annotation, MediaRecord
+
+    items = [MediaRecord(f'{index}', path, {'en': [f'caption {index}']})
+             for index, path in enumerate(media_paths)]
+    dump_annotation(Annotation(dataset='demo', split=name, media_type='image',
+                               languages=['en'], items=items), tmp_path / f'{name}.json')
+    return RetrievalDataset(ann_file=str(tmp_path / f'{name}.json'), data_root=str(tmp_path),
+                            with_media=False, test_mode=True)
+
+
+def test_shared_files_are_named_in_the_gallerys_order_and_found_in_any_training_set(tmp_path):
+    """The second of two training sets holds five of the gallery's files, one spelt
+    ``./e.jpg``, another ``x/../c.jpg``: all five are named, in the gallery's (unsorted) order,
+    with no '...' (five is every one of them); a training set without media files is
+    passed over."""
+    from xmr.datasets.synthetic.dataset import SyntheticPairDataset
+
+    gallery = _written_gallery(tmp_path, 'val', ['e.jpg', 'b.jpg', 'd.jpg', 'c.jpg', 'a.jpg',
+                                                 'f.jpg'])
+    training = {'synthetic': SyntheticPairDataset(num_scenes=2, languages=['de']),
+                'disjoint': _written_gallery(tmp_path, 'other', ['g.jpg']),
+                'overlapping': _written_gallery(tmp_path, 'train', ['a.jpg', 'x/../c.jpg',
+                                                                    'b.jpg', './e.jpg',
+                                                                    'd.jpg'])}
+    with pytest.raises(ValueError, match=re.escape(
+            f"val ({tmp_path / 'val.json'}) shares 5 of its 6 media files with overlapping "
+            f"({tmp_path / 'train.json'}), e.g. e.jpg, b.jpg, d.jpg, c.jpg, a.jpg: its")):
+        check_held_out(training, {'val': gallery})
