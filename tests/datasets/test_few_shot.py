@@ -78,6 +78,10 @@ def test_subsample_may_keep_every_item_but_a_split_must_leave_test_items():
     assert len(few_shot_splits(_train(), 4)['test'].items) == 2
     with pytest.raises(ConversionError, match='few-shot size 5 must be positive'):
         few_shot_splits(_train(), 5)
+    with pytest.raises(ConversionError, match='few-shot size 0 must be positive'):
+        few_shot_splits(_train(), 0)
+    with pytest.raises(ConversionError, match='cannot keep 0 of 10 items'):
+        subsample(_train(), 0)
 
 
 def test_without_a_seed_both_protocols_use_pectvlms_42():
