@@ -2,6 +2,7 @@
 when such a transform's media are cached at all; the precision a backbone's weights are held in."""
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -21,6 +22,7 @@ from xmr.datasets import (
     RetrievalDataset,
     dump_annotation,
 )
+from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.engine.feature_cache import (
     CachedFeatureDataset,
     StaleFeatureCacheError,
@@ -28,10 +30,14 @@ from xmr.engine.feature_cache import (
 )
 from xmr.engine.feature_cache import dataset as feature_cache_dataset
 from xmr.engine.feature_cache.key import (
+    index_items,
     media_files_identity,
     media_pipeline,
     media_randomness,
+    settings_identity,
+    tokenizer_identity,
 )
+from xmr.models.backbones.base import weights_fingerprint
 from xmr.registry import TRANSFORMS
 
 
@@ -228,3 +234,155 @@ def test_a_concat_is_keyed_by_every_childs_files_and_transform_and_draws_where_o
     assert media_randomness(ConcatDataset([fixed, flipped])) == (
         'datasets[1] (CaptionPairDataset, ' f'{pair_ann_file}): its training transform flips '
         'at random')
+
+
+def test_a_float32_module_with_integer_buffers_keeps_the_key_of_its_weights_alone():
+    """Only floating-point tensors say a precision: a float32 module holding an int64 buffer
+    (position ids) would otherwise be keyed 'held in int64', and every cache of it built
+    before found stale."""
+    module = torch.nn.Linear(3, 2)
+    module.register_buffer('position_ids', torch.arange(4))
+    assert backbone_fingerprint(module) == weights_fingerprint('Linear', module)
+    module.half()
+    assert backbone_fingerprint(module) == (
+        f'{weights_fingerprint("Linear", module)} held in float16')
+
+
+class MediaListDataset(ListDataset):
+    """A dataset of media that is no MediaCaptionDataset, with a transform of its own."""
+
+    def __init__(self, transform) -> None:
+        super().__init__([])
+        self.transform = transform
+
+
+def test_a_training_transform_of_a_dataset_that_is_no_media_caption_dataset_draws():
+    """The transform's own training flag decides, whatever the dataset: a dataset of one's own
+    holding a flipping transform set to train had its one draw cached and served every epoch."""
+    flips = MediaTransform(backbone=None, size=32, training=True, hflip_prob=0.5)
+    assert media_randomness(MediaListDataset(flips)) == 'its training transform flips at random'
+    fixed = MediaTransform(backbone=None, size=32, training=False, hflip_prob=0.5)
+    assert media_randomness(MediaListDataset(fixed)) is None
+
+
+def scale(media, factor=1.0, offset=0.0):
+    return media * factor + offset
+
+
+class Cast:
+    def apply(self, media):
+        return media
+
+
+class Round:
+    def apply(self, media):
+        return media.round()
+
+
+class Plain:
+    """A setting of one's own with no ``__repr__``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class Other:
+    """Another class with the same attributes as :class:`Plain`, which changes pixels otherwise."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+@pytest.mark.parametrize('first, second', [
+    (functools.partial(scale, 2.0), functools.partial(scale, 3.0)),
+    (functools.partial(scale, offset=1.0), functools.partial(scale, offset=2.0)),
+    (Cast().apply, Round().apply),
+    (Plain(3), Other(3)),
+], ids=['partial-args', 'partial-keywords', 'methods-named-alike', 'classes-alike'])
+def test_settings_that_change_the_pixels_otherwise_have_other_identities(first, second):
+    """A partial's arguments, the class a method is of and an object's class each change what a
+    transform does, with its attributes' names alike: identities that left them out keyed two
+    pipelines alike, and a cache of one was served to the other."""
+    identity = functools.partial(settings_identity, name='transform.setting', where='here')
+    assert identity(first) != identity(second)
+    assert identity(first) == identity(copy.deepcopy(first))
+
+
+def test_media_files_swapped_between_two_media_ids_change_the_key(tmp_path):
+    """Two files of the same size and modification time, each now under the other's media id:
+    the items' ids are unchanged and so are the files' stats, and only their names tell that
+    each id now reads the other's pixels."""
+    for name, byte in (('a.png', b'a'), ('b.png', b'b')):
+        (tmp_path / name).write_bytes(byte * 64)
+        os.utime(tmp_path / name, ns=(1_000_000_000, 1_000_000_000))
+
+    def gallery(paths):
+        ann = Annotation(dataset='swap', split='test', media_type='image', languages=['en'],
+                         items=[MediaRecord(mid, path, {'en': [f'item {mid}']})
+                                for mid, path in zip('xy', paths)])
+        dump_annotation(ann, tmp_path / 'ann.json')
+        return RetrievalDataset(tmp_path / 'ann.json', data_root=tmp_path, test_mode=True,
+                                transform=dict(type='MediaTransform', backbone=None, size=32))
+
+    before, _ = media_files_identity(gallery(['a.png', 'b.png']), 'stat')
+    after, _ = media_files_identity(gallery(['b.png', 'a.png']), 'stat')
+    assert before != after
+    assert before == media_files_identity(gallery(['a.png', 'b.png']), 'stat')[0]
+
+
+def test_a_concat_of_a_dataset_with_files_and_one_without_is_keyed_by_the_files(pair_ann_file):
+    """One child read from files is enough to key the whole by them: keyed as media without
+    files, a concat of such a child and an in-memory one kept its cache when a file changed."""
+    files = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, test_mode=True,
+                               transform=dict(type='MediaTransform', backbone=None, size=32))
+    memory = ListDataset([dict(source_text='a caption', media_id='m')])
+    entry, listed = media_files_identity(ConcatDataset([memory, files]), 'stat')
+    child_entry, child_files = media_files_identity(files, 'stat')
+    assert entry == {'identity': 'stat', 'datasets': [None, child_entry]}
+    assert listed == child_files
+    assert media_files_identity(ConcatDataset([memory, memory]), 'stat') == (None, [])
+
+
+@pytest.mark.parametrize('identity', ['stat', 'content'])
+def test_a_folder_where_a_media_file_should_be_is_keyed_as_missing(pair_ann_file, identity):
+    """A folder is no media file (``Path.is_file``): keyed by its stat, it was taken for a
+    file, and the content identity stopped the phase start opening it."""
+    dataset = CaptionPairDataset(pair_ann_file, data_root=pair_ann_file.parent, test_mode=True,
+                                 transform=dict(type='MediaTransform', backbone=None, size=32))
+    (pair_ann_file.parent / 'blue.png').unlink()
+    (pair_ann_file.parent / 'blue.png').mkdir()
+    _, files = media_files_identity(dataset, identity)
+    assert files[1] == ('blue.png', 'missing')
+
+
+class CountingTokenizer:
+    """A tokenizer's identity as xmr reads it: its length, vocabulary size and padding id."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.max_length, self.vocab_size, self.pad_id = 16, vocab_size, 0
+
+
+def test_a_tokenizer_of_another_vocabulary_size_keys_another_cache():
+    """A vocabulary grown by added tokens gives a caption other ids at the same length and
+    padding: its cache was served to the tokenizer before."""
+    assert tokenizer_identity(CountingTokenizer(1000)) != tokenizer_identity(
+        CountingTokenizer(1001))
+    assert tokenizer_identity(CountingTokenizer(1000))['vocab_size'] == 1000
+
+
+class SkippingDataset(ListDataset):
+    """Item 1 skipped with the marker a dataset of ``on_corrupt='skip'`` gives."""
+
+    def __getitem__(self, index: int):
+        if index == 1:
+            return SkippedMedia(index=index, media_path='b.png', reason='unreadable')
+        return super().__getitem__(index)
+
+
+def test_an_item_skipped_while_its_captions_are_read_is_refused_naming_it():
+    """The index reads captions only; an item skipped then would leave its row unset, which
+    a cache keyed by the others' rows cannot serve."""
+    items = [dict(source_text=f'caption {i}', media_id=str(i)) for i in range(3)]
+    with pytest.raises(ValueError, match='dataset item 1 was skipped while only its captions '
+                                         'were read; a feature cache needs every item'):
+        index_items(SkippingDataset(items), ['source', 'media'])
