@@ -11,6 +11,9 @@ from PIL import Image
 
 from tests.engine.test_feature_cache import ListDataset, pair_items
 from xmr.engine.feature_cache import CachedFeatureDataset, CorruptFeatureCacheError
+from xmr.engine.feature_cache.progress import BUILD_RECORD, build_record
+from xmr.engine.feature_cache.ranks import FAILED_MARKER
+from xmr.engine.feature_cache.store import _start_build
 
 
 def another_process_installs_first(monkeypatch, cache: Path, other: Path) -> None:
@@ -60,3 +63,19 @@ def test_a_damaged_record_of_the_media_files_is_named_as_corrupt(tiny_retriever,
     owned = CachedFeatureDataset(dataset, tmp_path / 'cache', rebuild_if_stale=True)
     owned.prepare(tiny_retriever)
     assert json.loads(record.read_text())
+
+
+def test_a_stopped_build_taken_over_loses_the_failure_markers_of_its_ranks(tmp_path):
+    """A rank that failed while the others were stopped left its marker in the build folder:
+    kept, every rank of the build going on from its rows took it for a failure of this build
+    and stopped at its first batch, build after build."""
+    cache = tmp_path / 'cache'
+    record = build_record({'features': ['source']}, world=2, batch_size=4)
+    stopped = tmp_path / 'cache.partial-999999999'  # of a process gone since
+    stopped.mkdir()
+    (stopped / BUILD_RECORD).write_text(json.dumps(record))
+    (stopped / f'{FAILED_MARKER}1').write_text('RuntimeError: boom')
+    (stopped / 'source.npy').write_bytes(b'rows')
+    partial = _start_build(cache, False, record)
+    assert partial.name.startswith('cache.partial-') and not stopped.exists()
+    assert sorted(path.name for path in partial.iterdir()) == sorted([BUILD_RECORD, 'source.npy'])
