@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.engine.feature_cache.test_progress import cache_files, stop_at
+from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import ListDataset, pair_items
 from xmr.engine.feature_cache import CachedFeatureDataset, CorruptFeatureCacheError
 from xmr.engine.feature_cache.progress import BUILD_RECORD, build_record
@@ -79,3 +81,24 @@ def test_a_stopped_build_taken_over_loses_the_failure_markers_of_its_ranks(tmp_p
     partial = _start_build(cache, False, record)
     assert partial.name.startswith('cache.partial-') and not stopped.exists()
     assert sorted(path.name for path in partial.iterdir()) == sorted([BUILD_RECORD, 'source.npy'])
+
+
+def test_media_unreadable_after_a_stopped_build_s_rows_are_marked_at_their_own_row(
+        tiny_retriever, tmp_path, monkeypatch):
+    """Stopped after the first batch, the next build reads the media from the third: grey,
+    the fourth and unreadable, is the second of what it reads. Marked at the row it has there,
+    another media's item was skipped and grey's read a row of zeros as its features."""
+    monkeypatch.setattr('xmr.engine.feature_cache.progress.PROGRESS_SECONDS', 0)
+    ann_file = five_images_ann(tmp_path)
+    cached_pairs(ann_file, tmp_path / 'whole').prepare(tiny_retriever)
+    with monkeypatch.context() as patch:
+        stop_at(patch, tiny_retriever, 1, KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt):
+            cached_pairs(ann_file, tmp_path / 'cache').prepare(tiny_retriever)
+    [partial] = tmp_path.glob('cache.partial-*')
+    assert json.loads((partial / 'progress.json').read_text())['media']['rows'] == 2
+    partial.rename(tmp_path / 'cache.partial-999999999')  # of a process gone since
+    cached_pairs(ann_file, tmp_path / 'cache').prepare(tiny_retriever)
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
+    meta = json.loads((tmp_path / 'cache' / 'meta.json').read_text())
+    assert list(meta['unreadable_media']) == ['grey']
