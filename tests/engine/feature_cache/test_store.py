@@ -2,7 +2,9 @@
 cache_dir) each finish, whichever renames its folder into place last; a damaged file is named."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from tests.engine.test_feature_cache import ListDataset, pair_items
 from xmr.engine.feature_cache import CachedFeatureDataset, CorruptFeatureCacheError
 from xmr.engine.feature_cache.progress import BUILD_RECORD, build_record
 from xmr.engine.feature_cache.ranks import FAILED_MARKER
-from xmr.engine.feature_cache.store import _start_build
+from xmr.engine.feature_cache.store import _install, _start_build
 
 
 def another_process_installs_first(monkeypatch, cache: Path, other: Path) -> None:
@@ -102,3 +104,26 @@ def test_media_unreadable_after_a_stopped_build_s_rows_are_marked_at_their_own_r
     assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
     meta = json.loads((tmp_path / 'cache' / 'meta.json').read_text())
     assert list(meta['unreadable_media']) == ['grey']
+
+
+def test_a_build_that_cannot_rename_its_folder_into_place_after_its_attempts_fails(
+        tmp_path, monkeypatch):
+    """Each attempt met a cache just put there by another process (``ENOTEMPTY``): after the
+    last, the error is raised, not swallowed with the build's folder left unrenamed and
+    the cache reported built."""
+    partial, cache = tmp_path / 'cache.partial-1', tmp_path / 'cache'
+    partial.mkdir()
+    rename, tries = Path.rename, []
+
+    def crowded(self, target):
+        if self == partial:
+            tries.append(target)
+            cache.mkdir(exist_ok=True)
+            (cache / 'meta.json').write_text('{}')
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), str(target))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, 'rename', crowded)
+    with pytest.raises(OSError, match='Directory not empty'):
+        _install(partial, cache, attempts=3)
+    assert len(tries) == 3 and partial.is_dir()
