@@ -127,3 +127,14 @@ def test_a_build_that_cannot_rename_its_folder_into_place_after_its_attempts_fai
     with pytest.raises(OSError, match='Directory not empty'):
         _install(partial, cache, attempts=3)
     assert len(tries) == 3 and partial.is_dir()
+
+
+@pytest.mark.parametrize('training', [True, False])
+def test_a_build_leaves_the_model_in_the_mode_it_found_it_in(tiny_retriever, tmp_path,
+                                                             training):
+    """A gallery cached for an evaluation is built from a model in eval mode: left training
+    after the build, the evaluation that follows ran with its dropout on."""
+    tiny_retriever.train(training)
+    CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache').prepare(
+        tiny_retriever, training=False)
+    assert tiny_retriever.training is training
