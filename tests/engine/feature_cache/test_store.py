@@ -14,6 +14,7 @@ from PIL import Image
 from tests.engine.feature_cache.test_progress import cache_files, stop_at
 from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import ListDataset, pair_items
+from xmr.datasets import Annotation, MediaRecord, dump_annotation
 from xmr.engine.feature_cache import CachedFeatureDataset, CorruptFeatureCacheError
 from xmr.engine.feature_cache.progress import BUILD_RECORD, build_record
 from xmr.engine.feature_cache.ranks import FAILED_MARKER
@@ -138,3 +139,34 @@ def test_a_build_leaves_the_model_in_the_mode_it_found_it_in(tiny_retriever, tmp
     CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache').prepare(
         tiny_retriever, training=False)
     assert tiny_retriever.training is training
+
+
+def test_a_dataset_of_which_no_media_can_be_read_is_refused_and_leaves_nothing(
+        tiny_retriever, tmp_path):
+    """Every file unreadable (skipped): no media array is written, and a cache without one
+    was installed, to be found corrupt by the next read."""
+    ann = Annotation(dataset='bad', split='test', media_type='image', languages=['en'],
+                     source_lang='en', translation_langs=['de'],
+                     items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']},
+                                        {'de': [f'ein {name} Hund']})
+                            for name in ('grey', 'black')])
+    for name in ('grey', 'black'):
+        (tmp_path / f'{name}.png').write_bytes(b'not an image')
+    dump_annotation(ann, tmp_path / 'ann.json')
+    dataset = dict(type='CaptionPairDataset', ann_file=str(tmp_path / 'ann.json'),
+                   data_root=str(tmp_path), on_corrupt='skip',
+                   transform=dict(type='MediaTransform', backbone=None, size=32))
+    with pytest.raises(ValueError, match='no media of the dataset could be read; nothing to '
+                                         'cache'):
+        CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
+    assert not list(tmp_path.glob('cache*'))
+
+
+def test_a_finished_cache_holds_its_arrays_and_meta_and_no_record_of_its_build(
+        tiny_retriever, tmp_path):
+    """The build's record and progress are a build folder's, read to go on with it: left in
+    the finished cache they outlive the build they describe."""
+    CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache').prepare(tiny_retriever)
+    assert sorted(path.name for path in (tmp_path / 'cache').iterdir()) == sorted(
+        ['meta.json', 'source.npy', 'media.npy', 'item_source.npy', 'item_source_hash.npy',
+         'item_media.npy', 'item_media_hash.npy'])
