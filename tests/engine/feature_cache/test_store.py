@@ -15,7 +15,11 @@ from tests.engine.feature_cache.test_progress import cache_files, stop_at
 from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import ListDataset, pair_items
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
-from xmr.engine.feature_cache import CachedFeatureDataset, CorruptFeatureCacheError
+from xmr.engine.feature_cache import (
+    CachedFeatureDataset,
+    CorruptFeatureCacheError,
+    FeatureCache,
+)
 from xmr.engine.feature_cache.progress import BUILD_RECORD, build_record
 from xmr.engine.feature_cache.ranks import FAILED_MARKER
 from xmr.engine.feature_cache.store import _install, _start_build
@@ -170,3 +174,37 @@ def test_a_finished_cache_holds_its_arrays_and_meta_and_no_record_of_its_build(
     assert sorted(path.name for path in (tmp_path / 'cache').iterdir()) == sorted(
         ['meta.json', 'source.npy', 'media.npy', 'item_source.npy', 'item_source_hash.npy',
          'item_media.npy', 'item_media_hash.npy'])
+
+
+class ItemOnceDataset(ListDataset):
+    """Item 1 given once (the captions' read), then ``None`` (a dataset's own skip, no
+    marker) when its media are read."""
+
+    def __init__(self, items: list[dict]) -> None:
+        super().__init__(items)
+        self.read: set[int] = set()
+
+    def __getitem__(self, index: int):
+        if index == 1 and index in self.read:
+            return None
+        self.read.add(index)
+        return super().__getitem__(index)
+
+
+def test_media_of_an_item_the_dataset_gives_no_more_are_marked_unreadable(tiny_retriever,
+                                                                          tmp_path):
+    """Dropped from the batch unmarked, media ``b`` kept a row of zeros that its items read
+    as features; marked, its items are skipped as a dataset skips them."""
+    CachedFeatureDataset(ItemOnceDataset(pair_items()), tmp_path / 'cache').prepare(
+        tiny_retriever)
+    meta = json.loads((tmp_path / 'cache' / 'meta.json').read_text())
+    assert meta['unreadable_media'] == {'b': dict(media_path='', reason='the dataset gave no '
+                                                                        'item')}
+    assert np.load(tmp_path / 'cache' / 'item_media.npy').tolist() == [0, -1, 2, 0, -1, 2]
+
+
+def test_a_cache_of_media_not_read_from_files_records_no_media_files(tiny_retriever, tmp_path):
+    """Media held in memory have no files: the cache lists none, which no file's change is
+    then named against."""
+    CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache').prepare(tiny_retriever)
+    assert FeatureCache(tmp_path / 'cache').media_files() == []
