@@ -1,9 +1,13 @@
 """xmr.apis: strict checkpoint loading, language checks, text/media embeddings as in evaluation."""
 from __future__ import annotations
 
+import copy
+import itertools
 import logging
 import os
+import pickle
 import re
+import types
 
 import numpy as np
 import pytest
@@ -27,7 +31,7 @@ from xmr.apis import (
 from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import DATASETS, MODELS, UnknownOptionError
-from xmr.utils.cli import UserError
+from xmr.utils.cli import UserError, UserKeyError
 from xmr.version import provenance
 
 TINY = dict(type='MediaTransform', backbone=None, size=32)
@@ -791,3 +795,116 @@ def test_a_model_left_in_training_mode_encodes_as_in_evaluation_and_keeps_its_mo
     encode_media(model, [image])
     assert {name: module.training for name, module in model.named_modules()} == modes
     assert seen and not any(seen)
+
+
+def test_init_retriever_puts_the_model_on_the_device_it_is_given(trained):
+    """``device`` is where every weight and buffer ends up (the meta device stands for an
+    accelerator this host lacks)."""
+    config, checkpoint, _ = trained
+    model = init_retriever(config, checkpoint, device='meta')
+    assert {tensor.device.type for tensor in itertools.chain(model.parameters(),
+                                                             model.buffers())} == {'meta'}
+    assert not model.training
+
+
+def test_a_config_without_a_model_is_refused_by_name(tmp_path):
+    Config(dict(work_dir='runs')).dump(tmp_path / 'nomodel.py')
+    with pytest.raises(UserKeyError, match=r'config .*nomodel\.py has no model'):
+        init_retriever(tmp_path / 'nomodel.py')
+
+
+def test_only_the_ddp_prefix_is_stripped_not_module_inside_a_key(tmp_path):
+    """``module.`` is DDP's prefix only at the start of a key: a model of one's own whose
+    submodule is named ``text_module`` keeps ``text_module.weight`` as it is, whether the
+    checkpoint was written by a wrapped model or not."""
+    def build():
+        model = torch.nn.Module()
+        model.text_module = torch.nn.Linear(2, 2)
+        return model
+
+    torch.manual_seed(0)
+    trained_model = build()
+    state = trained_model.state_dict()
+    assert list(state) == ['text_module.weight', 'text_module.bias']
+    torch.save({'state_dict': state}, tmp_path / 'bare.pth')
+    torch.save({'state_dict': {f'module.{key}': value for key, value in state.items()}},
+               tmp_path / 'ddp.pth')
+    for name in ('bare.pth', 'ddp.pth'):
+        model = build()
+        load_trained_checkpoint(model, tmp_path / name)
+        for key, value in state.items():
+            assert torch.equal(model.state_dict()[key], value), (name, key)
+
+
+def test_a_checkpoint_holding_no_state_dict_is_named(trained, tmp_path):
+    """A file of one tensor, or whose ``state_dict`` is a list, holds no weights by name: it is
+    refused as such, naming the file, not met as an AttributeError on ``.items``."""
+    _, _, model = trained
+    torch.save(torch.zeros(2), tmp_path / 'tensor.pth')
+    torch.save({'state_dict': [torch.zeros(2)]}, tmp_path / 'listed.pth')
+    for name in ('tensor.pth', 'listed.pth'):
+        with pytest.raises(CheckpointMismatchError,
+                           match=f'^checkpoint {re.escape(str(tmp_path / name))} holds no '
+                                 'state_dict$'):
+            load_trained_checkpoint(model, tmp_path / name)
+
+
+def test_load_trained_checkpoint_returns_the_checkpoint_s_meta(trained, tmp_path):
+    """The meta a training run saved (its iteration, say) comes back; a bare state dict's is
+    empty."""
+    _, checkpoint, model = trained
+    assert load_trained_checkpoint(copy.deepcopy(model), checkpoint) == {'iter': 7}
+    torch.save(model.state_dict(), tmp_path / 'bare.pth')
+    assert load_trained_checkpoint(copy.deepcopy(model), tmp_path / 'bare.pth') == {}
+
+
+def test_no_texts_or_no_media_are_refused_by_name(trained):
+    """An empty list embedded nothing: ``encode_texts`` returned ``None`` in place of an
+    ``[N, E]`` tensor."""
+    _, _, model = trained
+    with pytest.raises(ValueError, match='^no texts to encode$'):
+        encode_texts(model, [], 'de')
+    with pytest.raises(ValueError, match='^no media to encode$'):
+        encode_media(model, [])
+
+
+
+@pytest.mark.parametrize('num_workers', [-1, 1.5, '2'])
+def test_a_number_of_workers_below_zero_or_no_int_is_refused_by_name(trained, num_workers):
+    _, _, model = trained
+    with pytest.raises(ValueError, match=re.escape(
+            f'num_workers must be an int >= 0, got {num_workers!r}')):
+        encode_media(model, [torch.zeros(3, 32, 32, dtype=torch.uint8)], num_workers=num_workers)
+
+
+def test_a_model_on_a_text_only_backbone_is_told_to_search_its_texts():
+    """A backbone with no image tower embeds no media: refused by name before any file is
+    read (the stand-in model holds nothing but such a backbone)."""
+    class WordsOnly(torch.nn.Module):
+        pass
+
+    model = types.SimpleNamespace(backbone=WordsOnly())
+    with pytest.raises(TypeError, match='^WordsOnly is a text-only backbone: the model embeds '
+                                        'no media; search its texts with encode_texts$'):
+        encode_media(model, ['never-read.jpg'])
+
+
+def test_media_none_of_which_can_be_read_raise_naming_each_and_pickle_whole(trained, tmp_path):
+    """Skipping unreadable files, an encoding that reads none returned no embeddings at all:
+    it raises :class:`NoMediaReadError` holding each file's marker, which survives the pickling
+    a worker process sends it back by."""
+    from xmr.apis import NoMediaReadError, encode_readable_media
+    from xmr.datasets.corrupt_policy import MediaSkippedWarning
+
+    _, _, model = trained
+    files = [tmp_path / 'empty.png', tmp_path / 'missing.png']
+    files[0].write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning), pytest.raises(NoMediaReadError) as raised:
+        encode_readable_media(model, files, transform=TINY, on_corrupt='skip')
+    error = raised.value
+    assert [(marker.index, marker.media_path) for marker in error.skipped] == [
+        (0, str(files[0])), (1, str(files[1]))]
+    assert str(files[0]) in str(error) and 'none of the 2 media can be read' in str(error)
+    copied = pickle.loads(pickle.dumps(error))
+    assert type(copied) is NoMediaReadError and str(copied) == str(error)
+    assert [marker.index for marker in copied.skipped] == [0, 1]
