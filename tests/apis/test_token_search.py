@@ -16,6 +16,7 @@ from tests.apis.test_dual_encoder import QUERIES, TINY, dual_encoder_cfg
 from xmr.apis import MediaIndex, encode_gallery, encode_text_tokens, encode_texts
 from xmr.apis.encoding_parts import EncodingParts
 from xmr.apis.inference import media_encoding
+from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import read_image
 from xmr.datasets.transforms import MediaTransform
 from xmr.evaluation.token_scoring import (
@@ -451,3 +452,38 @@ def test_tokens_float16_cannot_hold_are_refused_naming_their_media(model, image_
                 'float32')):
             MediaIndex(encoded.embeddings, NAMES[:3], tokens=given, token_dtype=torch.float16)
     assert len(MediaIndex(encoded.embeddings, NAMES[:3], tokens=encoded.tokens).tokens) == 3
+
+
+def assert_same_sequences(tokens, expected):
+    """Each row of a padded set holds the sequence ``expected`` gives for it, and no more."""
+    assert len(tokens) == len(expected)
+    for row, sequence in enumerate(expected):
+        assert int(tokens.mask[row].sum()) == sequence.shape[0], row
+        torch.testing.assert_close(tokens.tokens[row][tokens.mask[row]], sequence,
+                                   atol=1e-5, rtol=1e-5, msg=f'row {row}')
+
+
+def test_the_text_tokens_of_every_batch_are_kept_in_input_order(model):
+    """Encoded two texts at a time, the three texts' tokens are each text's own semantic
+    tokens, in order: none of an earlier batch's lost behind a later one."""
+    texts = QUERIES['en']
+    embeddings, tokens = encode_text_tokens(model, texts, 'en', batch_size=2)
+    words, pooled = semantic_texts(model, texts, 'en')
+    torch.testing.assert_close(embeddings, pooled, atol=1e-5, rtol=1e-5)
+    assert_same_sequences(tokens, words)
+
+
+def test_a_gallery_s_tokens_are_each_read_media_s_own_in_order_around_a_skipped_one(
+        model, image_files):
+    """Two media a batch, the third file unreadable: the five media read keep their own
+    semantic tokens, in input order, and the skipped one has no row (its row neither filled
+    with another's tokens nor left empty)."""
+    image_files[2].write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning):
+        encoded = encode_gallery(model, image_files, transform=TINY, batch_size=2,
+                                 on_corrupt='skip', tokens=True)
+    read = image_files[:2] + image_files[3:]
+    patches, pooled = semantic_media(model, read)
+    assert [marker.index for marker in encoded.skipped] == [2]
+    torch.testing.assert_close(encoded.embeddings, pooled, atol=1e-5, rtol=1e-5)
+    assert_same_sequences(encoded.tokens, patches)
