@@ -190,3 +190,25 @@ def test_parts_decoded_by_workers_equal_those_decoded_in_turn_and_start_them_onc
     torch.testing.assert_close(by_workers, in_turn, rtol=0, atol=0)
     assert loaders == [2]
     assert len(EncodingParts(tmp_path / 'by_workers', {}).files()) == 4
+
+
+def test_a_media_unread_inside_a_part_leaves_each_other_id_with_its_own_embedding(
+        model, image_files, tmp_path, monkeypatch):
+    """The middle media of the second part of three (media 4) cannot be read: it is reported by
+    its position in the media, not in its part, and the next one's embedding is saved under its
+    own id, not under the unread one's, so that the run that goes on once the file is repaired
+    returns what an encoding of every media at once returns."""
+    readable = image_files[4].read_bytes()
+    image_files[4].write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning):
+        embeddings, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                                    tmp_path / 'parts', part_size=3)
+    assert [marker.index for marker in skipped] == [4]
+    expected = encode_media(model, image_files[:4] + image_files[5:])
+    torch.testing.assert_close(embeddings, expected, rtol=0, atol=1e-6)
+    image_files[4].write_bytes(readable)
+    decoded = decoded_media(monkeypatch)
+    embeddings, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
+                                                tmp_path / 'parts', part_size=3)
+    assert decoded == [image_files[4]] and skipped == []
+    torch.testing.assert_close(embeddings, encode_media(model, image_files), rtol=0, atol=1e-6)
