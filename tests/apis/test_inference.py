@@ -908,3 +908,16 @@ def test_media_none_of_which_can_be_read_raise_naming_each_and_pickle_whole(trai
     copied = pickle.loads(pickle.dumps(error))
     assert type(copied) is NoMediaReadError and str(copied) == str(error)
     assert [marker.index for marker in copied.skipped] == [0, 1]
+
+
+def test_media_and_text_embeddings_are_unit_rows(trained):
+    """Cosine scores are dot products of the embeddings: each image's and video's row, and each
+    text's, has L2 norm 1, as the docstrings promise (a media path that skipped the
+    normalisation matched ``predict`` and was found by no other test)."""
+    _, _, model = trained
+    generator = torch.Generator().manual_seed(0)
+    media = [torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=generator),
+             torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8, generator=generator)]
+    for embeddings in (encode_media(model, media), encode_texts(model, ['ein Kreis'], 'de')):
+        assert embeddings.dtype == torch.float32 and embeddings.device.type == 'cpu'
+        torch.testing.assert_close(embeddings.norm(dim=1), torch.ones(len(embeddings)))
