@@ -921,3 +921,26 @@ def test_media_and_text_embeddings_are_unit_rows(trained):
     for embeddings in (encode_media(model, media), encode_texts(model, ['ein Kreis'], 'de')):
         assert embeddings.dtype == torch.float32 and embeddings.device.type == 'cpu'
         torch.testing.assert_close(embeddings.norm(dim=1), torch.ones(len(embeddings)))
+
+
+def test_the_progress_bar_ends_at_every_media_read_and_skipped(trained, monkeypatch, tmp_path):
+    """Four media two a batch, the second unreadable: the last one's batch is encoded after the
+    loop over the decoded media, and the bar reached 4 of 4 only if it advanced after it too."""
+    import xmr.apis.inference as inference
+    from xmr.apis import encode_readable_media
+    from xmr.datasets.corrupt_policy import MediaSkippedWarning
+
+    bars = []
+
+    class Recorded(inference.ProgressBar):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(inference, 'ProgressBar', Recorded)
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    (tmp_path / 'empty.png').write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning):
+        encode_readable_media(model=trained[2], media=[image, tmp_path / 'empty.png', image, image],
+                              batch_size=2, progress=True)
+    assert [(bar.task_num, bar.completed) for bar in bars] == [(4, 4)]
