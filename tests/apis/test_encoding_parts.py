@@ -56,21 +56,30 @@ def test_an_interrupted_encoding_goes_on_from_its_parts_and_equals_an_uninterrup
     torch.testing.assert_close(again, whole.flip(0), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize('unread', [2, 4], ids=['last of a part', 'inside a later part'])
 def test_media_that_cannot_be_read_are_not_saved_and_are_tried_again(
-        model, image_files, tmp_path, monkeypatch):
-    broken = image_files[2].read_bytes()
-    image_files[2].write_bytes(b'')
-    with pytest.warns(MediaSkippedWarning, match=re.escape(f'skipping item 2: {image_files[2]}')):
+        model, image_files, tmp_path, monkeypatch, unread):
+    """Media ``unread`` of six, in parts of three, cannot be read: it is reported by its
+    position in the media, not in its part, and each other id keeps its own embedding (inside
+    the second part, the next one's was saved under the unread one's id); once the file is
+    repaired, the run that goes on decodes it alone and returns what an encoding of every
+    media at once returns."""
+    readable = image_files[unread].read_bytes()
+    image_files[unread].write_bytes(b'')
+    with pytest.warns(MediaSkippedWarning,
+                      match=re.escape(f'skipping item {unread}: {image_files[unread]}')):
         embeddings, skipped = encode_media_in_parts(
             model, image_files, ids_of(image_files), tmp_path / 'parts', part_size=3,
             on_corrupt='skip')
-    assert [(marker.index, marker.media_path) for marker in skipped] == [(2, str(image_files[2]))]
-    assert embeddings.shape[0] == 6
-    image_files[2].write_bytes(broken)
+    assert [(marker.index, marker.media_path) for marker in skipped] == [
+        (unread, str(image_files[unread]))]
+    expected = encode_media(model, image_files[:unread] + image_files[unread + 1:])
+    torch.testing.assert_close(embeddings, expected, rtol=0, atol=1e-6)
+    image_files[unread].write_bytes(readable)
     decoded = decoded_media(monkeypatch)
     embeddings, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
                                                 tmp_path / 'parts', part_size=3)
-    assert decoded == [image_files[2]] and skipped == []
+    assert decoded == [image_files[unread]] and skipped == []
     torch.testing.assert_close(embeddings, encode_media(model, image_files), rtol=0, atol=1e-6)
 
 
@@ -190,25 +199,3 @@ def test_parts_decoded_by_workers_equal_those_decoded_in_turn_and_start_them_onc
     torch.testing.assert_close(by_workers, in_turn, rtol=0, atol=0)
     assert loaders == [2]
     assert len(EncodingParts(tmp_path / 'by_workers', {}).files()) == 4
-
-
-def test_a_media_unread_inside_a_part_leaves_each_other_id_with_its_own_embedding(
-        model, image_files, tmp_path, monkeypatch):
-    """The middle media of the second part of three (media 4) cannot be read: it is reported by
-    its position in the media, not in its part, and the next one's embedding is saved under its
-    own id, not under the unread one's, so that the run that goes on once the file is repaired
-    returns what an encoding of every media at once returns."""
-    readable = image_files[4].read_bytes()
-    image_files[4].write_bytes(b'')
-    with pytest.warns(MediaSkippedWarning):
-        embeddings, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
-                                                    tmp_path / 'parts', part_size=3)
-    assert [marker.index for marker in skipped] == [4]
-    expected = encode_media(model, image_files[:4] + image_files[5:])
-    torch.testing.assert_close(embeddings, expected, rtol=0, atol=1e-6)
-    image_files[4].write_bytes(readable)
-    decoded = decoded_media(monkeypatch)
-    embeddings, skipped = encode_media_in_parts(model, image_files, ids_of(image_files),
-                                                tmp_path / 'parts', part_size=3)
-    assert decoded == [image_files[4]] and skipped == []
-    torch.testing.assert_close(embeddings, encode_media(model, image_files), rtol=0, atol=1e-6)
