@@ -14,7 +14,7 @@ from PIL import Image
 from tests.engine.feature_cache.test_progress import cache_files, stop_at
 from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import ListDataset, pair_items
-from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.datasets import Annotation, MediaRecord, MediaSkippedWarning, dump_annotation
 from xmr.engine.feature_cache import (
     CachedFeatureDataset,
     CorruptFeatureCacheError,
@@ -160,8 +160,9 @@ def test_a_dataset_of_which_no_media_can_be_read_is_refused_and_leaves_nothing(
     dataset = dict(type='CaptionPairDataset', ann_file=str(tmp_path / 'ann.json'),
                    data_root=str(tmp_path), on_corrupt='skip',
                    transform=dict(type='MediaTransform', backbone=None, size=32))
-    with pytest.raises(ValueError, match='no media of the dataset could be read; nothing to '
-                                         'cache'):
+    with pytest.warns(MediaSkippedWarning, match=r'skipping item [01]: '), \
+            pytest.raises(ValueError, match='no media of the dataset could be read; nothing to '
+                                            'cache'):
         CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever)
     assert not list(tmp_path.glob('cache*'))
 
