@@ -20,15 +20,23 @@ from torch.utils.data import DataLoader
 from tests.conftest import TINY_CLIP, tiny_backbone_cfg, tiny_branch_cfg, tiny_retriever_cfg
 from xmr.apis import (
     CheckpointMismatchError,
+    NoMediaReadError,
     check_config_languages,
     check_languages,
     encode_media,
+    encode_readable_media,
     encode_texts,
     init_retriever,
     load_trained_checkpoint,
     trained_languages,
 )
-from xmr.datasets import Annotation, MediaRecord, dump_annotation, retrieval_collate
+from xmr.datasets import (
+    Annotation,
+    MediaRecord,
+    MediaSkippedWarning,
+    dump_annotation,
+    retrieval_collate,
+)
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import DATASETS, MODELS, UnknownOptionError
 from xmr.utils.cli import UserError, UserKeyError
@@ -868,7 +876,6 @@ def test_no_texts_or_no_media_are_refused_by_name(trained):
         encode_media(model, [])
 
 
-
 @pytest.mark.parametrize('num_workers', [-1, 1.5, '2'])
 def test_a_number_of_workers_below_zero_or_no_int_is_refused_by_name(trained, num_workers):
     _, _, model = trained
@@ -893,9 +900,6 @@ def test_media_none_of_which_can_be_read_raise_naming_each_and_pickle_whole(trai
     """Skipping unreadable files, an encoding that reads none returned no embeddings at all:
     it raises :class:`NoMediaReadError` holding each file's marker, which survives the pickling
     a worker process sends it back by."""
-    from xmr.apis import NoMediaReadError, encode_readable_media
-    from xmr.datasets.corrupt_policy import MediaSkippedWarning
-
     _, _, model = trained
     files = [tmp_path / 'empty.png', tmp_path / 'missing.png']
     files[0].write_bytes(b'')
@@ -927,8 +931,6 @@ def test_the_progress_bar_ends_at_every_media_read_and_skipped(trained, monkeypa
     """Four media two a batch, the second unreadable: the last one's batch is encoded after the
     loop over the decoded media, and the bar reached 4 of 4 only if it advanced after it too."""
     import xmr.apis.inference as inference
-    from xmr.apis import encode_readable_media
-    from xmr.datasets.corrupt_policy import MediaSkippedWarning
 
     bars = []
 
@@ -941,6 +943,6 @@ def test_the_progress_bar_ends_at_every_media_read_and_skipped(trained, monkeypa
     image = torch.zeros(3, 32, 32, dtype=torch.uint8)
     (tmp_path / 'empty.png').write_bytes(b'')
     with pytest.warns(MediaSkippedWarning):
-        encode_readable_media(model=trained[2], media=[image, tmp_path / 'empty.png', image, image],
+        encode_readable_media(trained[2], [image, tmp_path / 'empty.png', image, image],
                               batch_size=2, progress=True)
     assert [(bar.task_num, bar.completed) for bar in bars] == [(4, 4)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from xmr.datasets.annotation import dump_annotation
+from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation
 from xmr.datasets.converters.multi30k import convert_multi30k
 from xmr.datasets.converters.xtd10 import convert_xtd10
 from xmr.datasets.few_shot import few_shot_splits
@@ -182,8 +182,6 @@ def test_a_config_without_training_data_is_not_checked(multi30k, tmp_path, monke
 
 def _written_gallery(tmp_path: Path, name: str, media_paths: list[str]) -> RetrievalDataset:
     """An image gallery of ``media_paths`` in that order, each with one English caption."""
-    from xmr.datasets.annotation import Annotation, MediaRecord
-
     items = [MediaRecord(f'{index}', path, {'en': [f'caption {index}']})
              for index, path in enumerate(media_paths)]
     dump_annotation(Annotation(dataset='demo', split=name, media_type='image',

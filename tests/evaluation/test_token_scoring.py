@@ -345,7 +345,6 @@ def test_grouped_rerank_shortlists_the_captions_of_as_many_media_as_candidates()
     assert ranks[0].item() > 2
 
 
-
 @pytest.mark.parametrize('direction, grouped', [('t2i', False), ('i2t', False), ('i2t', True)])
 def test_reranked_ties_count_against_the_query_as_exact_ranks_do(direction, grouped):
     """A collapsed model (every token and pooled embedding the same) ties every pair: the exact

@@ -355,7 +355,7 @@ def test_a_folder_where_a_media_file_should_be_is_keyed_as_missing(pair_ann_file
     assert files[1] == ('blue.png', 'missing')
 
 
-class CountingTokenizer:
+class TokenizerOfVocabulary:
     """A tokenizer's identity as xmr reads it: its length, vocabulary size and padding id."""
 
     def __init__(self, vocab_size: int) -> None:
@@ -365,9 +365,9 @@ class CountingTokenizer:
 def test_a_tokenizer_of_another_vocabulary_size_keys_another_cache():
     """A vocabulary grown by added tokens gives a caption other ids at the same length and
     padding: its cache was served to the tokenizer before."""
-    assert tokenizer_identity(CountingTokenizer(1000)) != tokenizer_identity(
-        CountingTokenizer(1001))
-    assert tokenizer_identity(CountingTokenizer(1000))['vocab_size'] == 1000
+    assert tokenizer_identity(TokenizerOfVocabulary(1000)) != tokenizer_identity(
+        TokenizerOfVocabulary(1001))
+    assert tokenizer_identity(TokenizerOfVocabulary(1000))['vocab_size'] == 1000
 
 
 class SkippingDataset(ListDataset):

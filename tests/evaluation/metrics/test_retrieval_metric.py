@@ -112,7 +112,6 @@ def test_source_language_counts_when_asked():
     assert _run(metric, _three_media())['mAR'] == pytest.approx((100 + 62.5) / 2)
 
 
-
 def test_a_language_the_dataset_lacks_is_refused_when_the_loop_hands_its_facts_over():
     """The loop sets dataset_meta when it is built: nothing of the gallery is encoded yet."""
     metric = RetrievalMetric(languages=('en', 'de', 'ko'), prefix='multi30k')

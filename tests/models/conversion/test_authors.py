@@ -16,7 +16,7 @@ from tests.conftest import CORPUS, REPO, SHARED_DATA
 from tests.zip_records import damage_record
 from xmr.apis import encode_texts, init_retriever
 from xmr.conversion_cli import main
-from xmr.models.conversion import convert_authors_checkpoint
+from xmr.models.conversion import ConversionError, convert_authors_checkpoint
 from xmr.models.conversion.authors import build_model
 from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla
@@ -281,8 +281,6 @@ def test_the_cli_replaces_an_earlier_conversion_alone_and_only_with_overwrite(tm
 def test_the_api_keeps_a_file_standing_at_out_as_the_cli_does(tmp_path):
     """convert_authors_checkpoint (xmr.models.conversion's API) replaced whatever stood at
     ``out``, a training checkpoint included; only the CLI kept it."""
-    from xmr.models.conversion import ConversionError
-
     torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
     config = write_config(tmp_path / 'mla.py', 'mla')
     trained = tmp_path / 'iter_3000.pth'
@@ -511,8 +509,6 @@ def test_a_shape_difference_names_the_setting_of_its_part(method, change, value,
 def test_a_dasd_file_of_another_d_u_is_refused_naming_d_u(tmp_path):
     """The generator's rows were permuted by the config's ``d_u`` before any shape was
     compared: a file of another ``d_u`` failed with a bare ``RuntimeError`` of the reshape."""
-    from xmr.models.conversion import ConversionError
-
     torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
     cfg = changed_cfg('dasd', 'disentangler.generator.d_u', 2 * D_U)
     cfg['language_branch']['adapters']['hidden'] = 2 * D_U  # the adapters' hidden is d_u
@@ -795,8 +791,6 @@ def test_a_key_missing_from_the_file_is_refused_naming_it(method, key, named, tm
 def test_captions_cut_before_the_context_are_refused(tmp_path):
     """Their m_toker cuts captions at 77 (the context): a shorter max_length would cut long
     captions elsewhere."""
-    from xmr.models.conversion import ConversionError
-
     torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
     cfg = changed_cfg('mla', 'language_branch.tokenizer.max_length', CONTEXT - 4)
     Config(dict(model=cfg)).dump(tmp_path / 'c.py')
@@ -940,8 +934,6 @@ def test_a_file_under_another_code_of_a_language_counts_each_key_once(tmp_path):
 def test_a_key_missing_from_a_file_under_another_code_is_named_as_the_file_names_it(tmp_path):
     """A layer missing from a file whose Japanese acquirers are ``jp``: the error names the
     key the file lacks, under ``jp``, not the ``ja`` name no file of the authors holds."""
-    from xmr.models.conversion import ConversionError
-
     state = {k.replace('.acquirer.zh.', '.acquirer.jp.'): v
              for k, v in authors_state_dict('mla').items()}
     del state['transformer.resblocks.0.acquirer.jp.mlp.c_proj.bias']
@@ -1014,8 +1006,6 @@ def test_the_meta_records_the_inputs_and_the_report_of_the_conversion(tmp_path):
 def test_a_release_path_with_no_file_is_refused_as_a_conversion_error(tmp_path):
     """The API raises its own error for a release that is not there, naming the path and
     what to give, before the config's model is built."""
-    from xmr.models.conversion import ConversionError
-
     with pytest.raises(ConversionError, match=rf'^{re.escape(str(tmp_path / "absent.bin"))}: no '
                        'such file: give the path of the released checkpoint'):
         convert_authors_checkpoint('mla', tmp_path / 'absent.bin',
@@ -1027,8 +1017,6 @@ def test_a_release_path_with_no_file_is_refused_as_a_conversion_error(tmp_path):
 def test_a_clip_checkpoint_path_with_no_file_is_refused_as_a_conversion_error(tmp_path):
     """``--clip-checkpoint`` naming no file: the API's own error, saying which file to give,
     and nothing written."""
-    from xmr.models.conversion import ConversionError
-
     torch.save(authors_state_dict('mla'), tmp_path / 'le.bin')
     with pytest.raises(ConversionError, match='give the CLIP file the acquirers were evaluated '
                        r'with \(their --clip_ckpt\)'):

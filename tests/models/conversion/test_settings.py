@@ -5,6 +5,7 @@ from torch import nn
 
 from tests.models.conversion.test_authors import model_cfg
 from xmr.models.conversion.settings import authors_differences
+from xmr.models.language.embedding import TargetEmbedding
 from xmr.registry import MODELS
 
 
@@ -20,8 +21,6 @@ def test_an_mla_model_with_a_condition_module_differs_from_the_authors():
 def test_an_embedding_block_of_another_type_differs_even_with_the_same_weights():
     """A subclass of ``TargetEmbedding`` (one a project registers) has the table and ``W_e``
     the file fills but may compute otherwise: only the authors' block itself is accepted."""
-    from xmr.models.language.embedding import TargetEmbedding
-
     class ProjectEmbedding(TargetEmbedding):
         pass
 

@@ -124,7 +124,6 @@ def test_checkpoint_of_other_languages_is_refused(tiny_retriever):
         tiny_retriever.load_state_dict(other.state_dict())
 
 
-
 def test_a_checkpoint_loads_into_a_config_listing_its_languages_in_another_order(tiny_retriever):
     """Each language's weights are stored under its code: ['zh', 'de'] builds the model that
     ['de', 'zh'] trained, and it was refused ('languages: checkpoint ['de', 'zh'] vs config
