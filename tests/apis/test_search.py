@@ -19,6 +19,7 @@ from xmr.apis import (
     encode_readable_media,
     encode_texts,
 )
+from xmr.apis.search import written_as_media_index
 from xmr.datasets.corrupt_policy import MediaSkippedWarning
 from xmr.datasets.media_io import MediaReadError
 from xmr.registry import MODELS
@@ -482,3 +483,36 @@ def test_media_removed_are_found_no_more_and_the_rest_as_before(model, image_fil
     assert len(loaded) == 3
     loaded.remove('city')  # one id alone, not its characters 'c', 'i', 't', 'y'
     assert loaded.media_ids == ['beach', 'desert']
+
+
+def test_query_embeddings_with_an_infinity_are_refused_by_row():
+    """An infinite element is no NaN, but normalising its row makes NaNs of it: checked for
+    NaN alone, the query reached faiss and was answered with hits of no meaning."""
+    index = MediaIndex(torch.eye(3), ['a', 'b', 'c'])
+    queries = torch.eye(3)
+    queries[2, 1] = float('inf')
+    with pytest.raises(ValueError, match=r'query embeddings \[2\] hold NaN or infinite values'):
+        index.search_embeddings(queries)
+
+
+def test_embeddings_added_under_an_id_the_gallery_holds_are_refused_and_it_stays_as_it_was():
+    """Two media of one id would both be found under it, and removing it would drop both:
+    add refuses the ids before touching the index."""
+    index = MediaIndex(torch.eye(3)[:2], ['a', 'b'])
+    with pytest.raises(ValueError, match=r"media \['b'\] are in the gallery already: add only "
+                       'new media'):
+        index.add(torch.eye(3)[1:], ['c', 'b'])
+    assert index.media_ids == ['a', 'b'] and len(index) == 2
+
+
+def test_a_file_saved_as_an_index_of_either_format_is_one_and_a_checkpoint_is_not(tmp_path):
+    """tools/search.py --overwrite replaces only what written_as_media_index calls an index:
+    one written in format /1 (before galleries kept tokens) is one too, not only /2."""
+    index = MediaIndex(torch.eye(2), ['a', 'b'])
+    index.save(tmp_path / 'new.idx')
+    state = torch.load(tmp_path / 'new.idx', weights_only=True)
+    torch.save({**state, 'format': 'xmr-media-index/1'}, tmp_path / 'old.idx')
+    torch.save({'state_dict': {'weight': torch.eye(2)}}, tmp_path / 'model.pth')
+    assert written_as_media_index(tmp_path / 'new.idx')
+    assert written_as_media_index(tmp_path / 'old.idx')
+    assert not written_as_media_index(tmp_path / 'model.pth')
