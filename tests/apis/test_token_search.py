@@ -487,3 +487,72 @@ def test_a_gallery_s_tokens_are_each_read_media_s_own_in_order_around_a_skipped_
     assert [marker.index for marker in encoded.skipped] == [2]
     torch.testing.assert_close(encoded.embeddings, pooled, atol=1e-5, rtol=1e-5)
     assert_same_sequences(encoded.tokens, patches)
+
+
+@pytest.mark.parametrize('candidates', [None, 3])
+def test_a_bad_k_is_refused_when_ranking_by_the_token_score(model, image_files, candidates):
+    """k was checked on the pooled cosine's path alone: ranked by tokens, k=0 would give
+    every query no hit, silently."""
+    index = MediaIndex.from_media(model, image_files[:3], transform=TINY)
+    for k in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf'^k must be a positive whole number, got {k!r}$'):
+            index.search(model, 'a red circle', 'en', k=k, candidates=candidates)
+
+
+def test_a_gallery_with_tokens_searched_by_its_token_model_warns_of_nothing(model, image_files):
+    """The warning of a gallery ranked by the pooled cosine is for galleries without tokens
+    alone: one ranked by the token score, as evaluation ranks, has nothing to warn of."""
+    index = MediaIndex.from_media(model, image_files[:3], transform=TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        index.search(model, 'a red circle', 'en', k=2)
+        index.search(model, 'a red circle', 'en', k=2, candidates=None)
+
+
+def test_media_of_equal_token_scores_keep_the_gallery_s_or_the_pooled_cosine_s_order(
+        model, image_files):
+    """24 media holding one image's tokens score alike for any query. Their order is the
+    gallery's for the whole gallery scored, and the pooled cosine's (the faiss index's) for a
+    shortlist: torch's CPU sort without ``stable`` reorders ties from 17 elements on."""
+    encoded = encode_gallery(model, image_files[:1], transform=TINY, tokens=True)
+    count = 24
+    sequence = encoded.tokens.tokens[0][encoded.tokens.mask[0]]
+    embeddings = torch.randn(count, encoded.embeddings.shape[1],
+                             generator=torch.Generator().manual_seed(0))
+    ids = [f'media{row}' for row in range(count)]
+    index = MediaIndex(embeddings, ids, tokens=[sequence] * count)
+    whole = index.search(model, 'a red circle', 'en', k=count, candidates=None)[0]
+    assert len({hit.score for hit in whole}) == 1  # every media ties
+    assert [hit.media_id for hit in whole] == ids
+    by_cosine = [hit.media_id for hit in index.search_embeddings(
+        encode_texts(model, 'a red circle', 'en'), k=count)[0]]
+    assert by_cosine != ids  # the two orders differ: each is checked
+    shortlisted = index.search(model, 'a red circle', 'en', k=count, candidates=count)[0]
+    assert [hit.media_id for hit in shortlisted] == by_cosine
+
+
+def test_a_nan_token_score_in_a_shortlist_names_its_media_not_its_place_in_the_shortlist(
+        model, image_files, monkeypatch):
+    """A shortlist's scores are in its own order (here city, beach, forest): the media named
+    is the gallery's media of that row, not the gallery's media at the score's position."""
+    index = MediaIndex.from_media(model, image_files[:3], transform=TINY)
+    index.tokens.tokens[2, 0] = float('nan')
+    monkeypatch.setattr(index.searcher, 'search',
+                        lambda queries, k: (torch.zeros(len(queries), k),
+                                            torch.tensor([[2, 0, 1]])[:, :k]))
+    with pytest.raises(ValueError, match=re.escape(
+            "query 0: the token score is NaN for media ['city']: a NaN score has no rank")):
+        index.search(model, 'a red circle', 'en', k=2, candidates=3)
+
+
+def test_tokens_float16_cannot_hold_are_named_in_every_block_checked():
+    """The check runs 1024 media at a time: media at the end of the first block and inside the
+    second are named, by their own ids (not their place in their block)."""
+    count = 1030
+    tokens = torch.ones(count, 1, 4)
+    tokens[[1023, 1027], 0, 1] = 70000.0  # float16 rounds it to infinity
+    ids = [f'media{row}' for row in range(count)]
+    with pytest.raises(ValueError, match=re.escape(
+            "the retrieval tokens of media ['media1023', 'media1027'] hold values beyond "
+            "float16's range")):
+        MediaIndex(torch.randn(count, 4), ids, tokens=list(tokens), token_dtype=torch.float16)
