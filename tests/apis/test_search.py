@@ -516,3 +516,14 @@ def test_a_file_saved_as_an_index_of_either_format_is_one_and_a_checkpoint_is_no
     assert written_as_media_index(tmp_path / 'new.idx')
     assert written_as_media_index(tmp_path / 'old.idx')
     assert not written_as_media_index(tmp_path / 'model.pth')
+
+
+def test_ids_given_as_numbers_are_kept_as_strings_and_removed_by_either():
+    """Ids are strings whatever was given (a hit's media_id is one, and a saved index names
+    its media so): media given ids 10, 20, 30 are found as '10', ... and removed by 20."""
+    index = MediaIndex(torch.eye(3), [10, 20, 30])
+    assert index.media_ids == ['10', '20', '30']
+    hit, = index.search_embeddings(torch.eye(3)[:1], k=1)[0]
+    assert hit.media_id == '10' and hit.score == pytest.approx(1.0)
+    index.remove([20])
+    assert index.media_ids == ['10', '30'] and len(index) == 2
