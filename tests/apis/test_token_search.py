@@ -556,3 +556,11 @@ def test_tokens_float16_cannot_hold_are_named_in_every_block_checked():
             "the retrieval tokens of media ['media1023', 'media1027'] hold values beyond "
             "float16's range")):
         MediaIndex(torch.randn(count, 4), ids, tokens=list(tokens), token_dtype=torch.float16)
+
+
+def test_a_gallery_built_with_tokens_records_that_it_keeps_them(model, image_files):
+    """encoded_by says what the embeddings depend on, and media_tokens True that the gallery
+    keeps its media's tokens (False where a token model's gallery was built without)."""
+    index = MediaIndex.from_media(model, image_files[:2], transform=TINY)
+    assert index.encoded_by == media_encoding(model, TINY, 12, tokens=True)
+    assert index.encoded_by['media_tokens'] is True
