@@ -134,6 +134,33 @@ def test_a_float16_gallery_is_scored_in_float32_whatever_the_score_does(gallery)
     torch.testing.assert_close(scores, expected)
 
 
+def test_the_scores_are_float32_whatever_dtype_the_score_function_returns(gallery):
+    """A score function computing in float64 hands back float64 blocks; the matrix is still
+    float32, the dtype the metric's ranking and the saved galleries expect."""
+    def float64_score(image_tokens, image_mask, text_tokens, text_mask):
+        return patch_word_similarity(image_tokens, image_mask, text_tokens, text_mask).double()
+
+    scores = pairwise_token_scores(float64_score, TokenSet.stack(gallery['media'], DIM),
+                                   TokenSet.stack(gallery['captions'], DIM), budget=40)
+    assert scores.dtype == torch.float32
+    torch.testing.assert_close(scores, gallery['full'])
+
+
+def test_an_unknown_scoring_mode_is_refused_when_built():
+    """A misspelt mode would otherwise fall through to re-ranking, silently approximate."""
+    with pytest.raises(ValueError, match=r"one of \('tokens', 'tokens_rerank'\), got 'token'"):
+        TokenScoring(patch_word_similarity, 'token')
+
+
+@pytest.mark.parametrize('device, cuda_available, expected', [
+    (None, False, 'cpu'), (None, True, 'cuda'), ('cpu', True, 'cpu')])
+def test_the_blocks_are_scored_on_the_device_asked_for_else_cuda_where_there_is_one(
+        device, cuda_available, expected, monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda_available)
+    assert TokenScoring(patch_word_similarity, device=device).resolved_device == \
+        torch.device(expected)
+
+
 @pytest.mark.parametrize('direction', ['t2i', 'i2t'])
 def test_exact_token_ranks_are_the_ranks_of_the_full_token_score_matrix(gallery, direction):
     media = TokenSet.stack(gallery['media'], DIM)
@@ -376,6 +403,20 @@ def test_a_positive_tied_at_the_shortlists_cut_is_left_out_for_the_negatives(dir
     ranks = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 5), direction,
                         media, captions, pooled, pooled, torch.arange(10))
     assert ranks.tolist() == [6] * 10  # past the 5 negatives shortlisted: a miss at every R@5
+
+
+@pytest.mark.parametrize('direction', ['t2i', 'i2t'])
+def test_every_chunk_of_queries_leaves_out_its_own_tied_positives(direction, monkeypatch):
+    """The same collapsed gallery shortlisted three queries at a time: each chunk must nudge
+    down the positives of its own queries, not those of the first chunk's."""
+    monkeypatch.setattr('xmr.evaluation.token_scoring.default_chunk_size',
+                        lambda gallery_size: 6)
+    media = TokenSet.stack([torch.ones(2, DIM)] * 10, DIM)
+    captions = TokenSet.stack([torch.ones(3, DIM)] * 10, DIM)
+    pooled = F.normalize(torch.ones(10, 4), dim=1)
+    ranks = token_ranks(TokenScoring(patch_word_similarity, 'tokens_rerank', 5), direction,
+                        media, captions, pooled, pooled, torch.arange(10))
+    assert ranks.tolist() == [6] * 10
 
 
 def test_the_shortlist_keeps_a_positive_one_float_step_above_the_cut():
