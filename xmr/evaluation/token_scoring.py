@@ -141,7 +141,6 @@ class TokenScoring:
         if self.candidates < 1:
             raise ValueError(f'rerank candidates must be positive, got {self.candidates}.')
 
-
     @property
     def resolved_device(self) -> torch.device:
         """The device the blocks are scored on."""
