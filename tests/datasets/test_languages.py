@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -114,6 +115,33 @@ def test_a_country_code_given_for_its_language_is_named_with_the_language_s_code
         normalize_language(code, 'multi30k.json: languages')
 
 
+def test_a_region_may_be_a_un_m49_area_code():
+    """BCP 47 regions are two letters or three digits: 'es-419' is Latin American Spanish."""
+    assert [normalize_language(code) for code in ('es-419', 'es_419', 'pt-BR')] == [
+        'es-419', 'es-419', 'pt-BR']
+
+
+@pytest.mark.parametrize('code', ['pt-BR-Latn', 'zh-CN-TW', 'en-US-419'])
+def test_a_three_part_code_is_read_only_as_language_script_region(code):
+    """The middle part of three is the script (zh-Hans-CN): a region there is no code xmr
+    reads, not the region with the last part dropped."""
+    with pytest.raises(LanguageCodeError, match=f'unknown language code {code!r}'):
+        normalize_language(code)
+
+
+def test_the_closest_codes_are_suggested_whatever_the_case_given():
+    with pytest.raises(LanguageCodeError, match=r"unknown language code 'SWX_LATN'; closest: "
+                       r"'sw'"):
+        normalize_language('SWX_LATN')
+
+
+@pytest.mark.parametrize('code', [5, None, ['de']])
+def test_a_code_that_is_no_string_is_named_with_where_it_was_found(code):
+    with pytest.raises(LanguageCodeError, match=rf'ann\.json: languages: a language code must '
+                       rf'be a string, got {re.escape(repr(code))}'):
+        normalize_language(code, 'ann.json: languages')
+
+
 def test_the_country_codes_named_are_no_language_codes_and_name_canonical_languages():
     from xmr.datasets.languages import _COUNTRY_CODES
 
@@ -162,6 +190,8 @@ def test_a_language_outside_the_tables_is_known_once_registered(own_languages):
     ('sat_Olck', (), r"'sat_Olck' is no canonical code"),
     ('sat-OLCK', (), r"'sat-OLCK' is no canonical code"),
     ('haw', 'haw_Latn', r"aliases must be a list of codes, got the string 'haw_Latn'"),
+    # an alias in another case than the one registered ('swh') is the same code
+    ('haw', ['SWH'], r"register_language\('haw'\): 'SWH' already names the language 'sw'"),
 ])
 def test_registering_a_known_or_malformed_code_is_refused(own_languages, code, aliases,
                                                            message):
