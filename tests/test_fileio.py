@@ -6,6 +6,7 @@ import os
 import pwd
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from xmr.fileio import (
     atomic_write_bytes,
     atomic_write_text,
     atomic_write_texts,
+    fsync_folder,
+    input_written_over,
     process_running,
     remove_stale_temporaries,
     temporary_path,
@@ -256,3 +259,94 @@ def test_a_path_starting_with_a_tilde_is_refused_unless_such_a_folder_exists(tmp
     atomic_write_texts({'~draft.json': 'draft', '~no_such_user_xmr/a.json': 'a'})
     assert (tmp_path / '~draft.json').read_text() == 'draft'
     assert (tmp_path / '~no_such_user_xmr' / 'a.json').read_text() == 'a'
+
+
+def test_an_output_that_is_an_input_under_another_name_is_found(tmp_path, monkeypatch):
+    """A tool writing over its own input by a relative name or a link lost the input: the
+    output must be matched to the file, not to its spelling."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'ckpt.pth').write_bytes(b'weights')
+    (tmp_path / 'latest.pth').symlink_to(tmp_path / 'ckpt.pth')
+    inputs = [None, 'other.pth', './ckpt.pth']
+    assert input_written_over(tmp_path / 'ckpt.pth', inputs) == './ckpt.pth'
+    assert input_written_over('latest.pth', inputs) == './ckpt.pth'
+    assert input_written_over('sub/../ckpt.pth', [tmp_path / 'latest.pth']) == \
+        tmp_path / 'latest.pth'
+    assert input_written_over('out.pth', inputs) is None
+
+
+def test_a_folder_is_flushed_file_by_file_then_itself(tmp_path, monkeypatch):
+    """The files' data reach the disk before the folder's entries, which a rename of the
+    folder then publishes; a file in a subfolder is not the folder's to flush."""
+    (tmp_path / 'shard').mkdir()
+    for name in ('a.npy', 'b.npy'):
+        (tmp_path / 'shard' / name).write_bytes(b'x')
+    (tmp_path / 'shard' / 'sub').mkdir()
+    flushed = []
+    monkeypatch.setattr(xmr.fileio, 'fsync_path', lambda path: flushed.append(Path(path)))
+    fsync_folder(tmp_path / 'shard')
+    assert sorted(flushed[:-1]) == [tmp_path / 'shard' / 'a.npy', tmp_path / 'shard' / 'b.npy']
+    assert flushed[-1] == tmp_path / 'shard'
+
+
+def test_a_set_s_folders_are_flushed_after_its_renames(tmp_path, monkeypatch):
+    """As for one file: the renames of a set survive a power cut once each folder written
+    into is flushed, after the last rename."""
+    events = []
+    replace = os.replace
+    monkeypatch.setattr(xmr.fileio, 'fsync_path', lambda path: events.append(('fsync', path)))
+
+    def recording_replace(source, target) -> None:
+        events.append(('replace', Path(target)))
+        replace(source, target)
+    monkeypatch.setattr(xmr.fileio.os, 'replace', recording_replace)
+    paths = [tmp_path / 'a' / 'train.json', tmp_path / 'b' / 'val.json']
+    atomic_write_texts({path: 'text' for path in paths})
+    assert events[:2] == [('replace', paths[0]), ('replace', paths[1])]
+    assert sorted(Path(path) for _, path in events[2:]) == [tmp_path / 'a', tmp_path / 'b']
+
+
+def test_a_file_named_like_a_user_s_home_is_written_as_named(tmp_path, monkeypatch):
+    """Only a folder '~user' is what a shell expands: a file of that name is written as is."""
+    monkeypatch.chdir(tmp_path)
+    user = pwd.getpwuid(os.getuid()).pw_name
+    atomic_write_text(f'~{user}', 'text')
+    assert (tmp_path / f'~{user}').read_text() == 'text'
+
+
+def test_a_temporary_folder_of_a_dead_process_is_not_taken_for_a_file(tmp_path):
+    """A folder named like a temporary file is no file this sweep knows how to remove: it is
+    left as it is, and the sweep goes on to the stale files beside it instead of failing."""
+    folder = tmp_path / '.shard_0.999999999.tmp'
+    folder.mkdir()
+    (folder / 'a.npy').write_bytes(b'x')
+    stale_file = tmp_path / '.b.json.999999999.tmp'
+    stale_file.write_text('x')
+    assert remove_stale_temporaries(tmp_path) == [stale_file]
+    assert (folder / 'a.npy').read_bytes() == b'x'
+
+
+def test_the_backend_s_failed_text_write_keeps_the_previous_file(tmp_path):
+    """``last_checkpoint`` names the checkpoint a resume loads: a failed write must leave the
+    previous name, not an empty file."""
+    backend = AtomicLocalBackend()
+    backend.put_text('epoch_1.pth', tmp_path / 'last_checkpoint')
+    with pytest.raises(TypeError):
+        backend.put_text(b'not text', tmp_path / 'last_checkpoint')
+    assert (tmp_path / 'last_checkpoint').read_text() == 'epoch_1.pth'
+    assert [p.name for p in tmp_path.iterdir()] == ['last_checkpoint']
+
+
+def test_a_set_interrupted_as_its_text_is_made_leaves_no_temporary(tmp_path):
+    """Ctrl-C while a converter makes its text is no ``Exception``: the temporaries written
+    so far are removed all the same."""
+    path = tmp_path / 'train.json'
+    atomic_write_texts({path: 'old\n'})
+
+    def interrupted_pieces():
+        yield 'half'
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_texts({tmp_path / 'val.json': 'val\n', path: interrupted_pieces()})
+    assert path.read_text() == 'old\n'
+    assert [p.name for p in tmp_path.iterdir()] == ['train.json']
