@@ -11,6 +11,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,7 +25,8 @@ from tests.engine.feature_cache.test_ranks import (
     wait_for,
 )
 from tests.engine.test_distributed import free_port
-from xmr.engine.feature_cache import store
+from xmr.datasets.corrupt_policy import SkippedMedia
+from xmr.engine.feature_cache import progress, store
 from xmr.utils.cli import UserError
 
 
@@ -347,3 +349,111 @@ def test_a_build_stopped_as_it_renames_its_finished_folder_goes_on_encoding_noth
     assert encoded == []
     assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
     assert not list(tmp_path.glob('*.partial-*'))
+
+
+class _SpiedRows:
+    """Stands in for a rank's array map: ``[rows, width]``, and whether the progress record
+    already claimed its rows when it was flushed."""
+
+    def __init__(self, rows: int, width: int, record: Path) -> None:
+        self.shape = (rows, width)
+        self.record = record
+        self.flushes: list[str | None] = []
+
+    def flush(self) -> None:
+        self.flushes.append(self.record.read_text() if self.record.is_file() else None)
+
+
+def test_a_build_record_tells_builds_of_other_ranks_or_batch_sizes_apart(tmp_path):
+    """Each rank's rows and batches follow from the world size and the batch size: a folder of
+    a 2-rank build taken by a 3-rank one would serve rank 1's rows of the old split as those
+    of the new, the features of other items in place of theirs."""
+    key = dict(features=['media'], dtype='float16')
+    progress.atomic_write_text(tmp_path / progress.BUILD_RECORD,
+                               json.dumps(progress.build_record(key, 2, 64)))
+    assert progress.records_build(tmp_path, progress.build_record(key, 2, 64))
+    for other in (progress.build_record(key, 3, 64), progress.build_record(key, 1, 64),
+                  progress.build_record(key, 2, 32),
+                  progress.build_record(dict(key, dtype='float32'), 2, 64)):
+        assert not progress.records_build(tmp_path, other)
+
+
+@pytest.mark.parametrize('text', [None, '{"key": {"features": ["med'])
+def test_a_folder_without_a_whole_build_record_holds_no_build_to_go_on_with(tmp_path, text):
+    """No record (a folder of an xmr before records, or one emptied), or one cut short by a
+    kill: the folder's rows are of no known build."""
+    if text is not None:
+        (tmp_path / progress.BUILD_RECORD).write_text(text)
+    assert not progress.records_build(tmp_path, progress.build_record({}, 1, 2))
+
+
+def test_a_rank_s_record_is_read_back_with_its_rows_width_and_unreadable_markers(tmp_path):
+    """What a next build reads of a stopped one: the rows written, the array's width (its
+    features, not its rows) and each unreadable row's marker, keyed by the row number."""
+    written = progress.RankProgress(tmp_path)
+    grey = SkippedMedia(index=7, media_path='/data/grey.png', reason='not a decodable image')
+    written.record('media', 4, _SpiedRows(10, 32, written.file), {3: grey}, now=True)
+    written.record('source', 6, _SpiedRows(20, 16, written.file), now=True)
+    read = progress.RankProgress(tmp_path)
+    assert (read.rows_done('media'), read.width('media'), read.unreadable('media')) == (
+        4, 32, {3: grey})
+    assert (read.rows_done('source'), read.width('source'), read.unreadable('source')) == (
+        6, 16, {})
+    assert (read.rows_done('other'), read.width('other'), read.unreadable('other')) == (
+        0, None, {})
+
+
+def test_a_record_claims_rows_only_once_the_array_holding_them_is_flushed(tmp_path):
+    """A record written before the map's pages reach the disk claims rows that a power cut or
+    a killed node loses: the next build goes on past them, and the cache holds zeros there."""
+    rank = progress.RankProgress(tmp_path)
+    first, second = _SpiedRows(8, 4, rank.file), _SpiedRows(8, 4, rank.file)
+    rank.record('source', 2, first, now=True)
+    rank.record('source', 6, second, now=True)
+    assert first.flushes == [None]
+    assert [json.loads(text)['source']['rows'] for text in second.flushes] == [2]
+    assert json.loads(rank.file.read_text())['source']['rows'] == 6
+
+
+def test_a_record_replaces_the_file_whole(tmp_path):
+    """The record is written beside and renamed over the last: written in place, a kill in
+    the write left a cut record, and the next build stopped on it instead of going on."""
+    rank = progress.RankProgress(tmp_path)
+    rank.record('source', 2, None, now=True)
+    os.link(rank.file, tmp_path / 'earlier')
+    rank.record('source', 4, None, now=True)
+    assert json.loads((tmp_path / 'earlier').read_text())['source']['rows'] == 2
+    assert json.loads(rank.file.read_text())['source']['rows'] == 4
+
+
+def test_rows_written_between_records_are_noted_and_recorded_when_the_build_stops(
+        tmp_path, monkeypatch):
+    """Within PROGRESS_SECONDS of the last record the rows are only noted (each record flushes
+    the arrays); a stop records the latest of each kind, and a record made since replaces
+    what was noted before it."""
+    clock = [1000.0]
+    monkeypatch.setattr(progress, 'time', SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(progress, 'PROGRESS_SECONDS', 30.0)
+    rank = progress.RankProgress(tmp_path)
+    media, source = _SpiedRows(10, 32, rank.file), _SpiedRows(12, 16, rank.file)
+    grey = SkippedMedia(index=3, media_path='grey.png', reason='not a decodable image')
+    clock[0] = 1010.0
+    rank.record('media', 2, media, {})
+    assert not rank.file.exists() and media.flushes == []
+    clock[0] = 1031.0
+    rank.record('media', 4, media, {3: grey})
+    assert progress.RankProgress(tmp_path).rows_done('media') == 4
+    clock[0] = 1040.0  # 9 s after that record
+    rank.record('media', 6, media, {3: grey})
+    rank.record('source', 4, source)
+    assert progress.RankProgress(tmp_path).rows_done('media') == 4 and len(media.flushes) == 1
+    rank.record_latest()
+    read = progress.RankProgress(tmp_path)
+    assert (read.rows_done('media'), read.unreadable('media'), read.rows_done('source')) == (
+        6, {3: grey}, 4)
+    assert len(media.flushes) == 2 and len(source.flushes) == 1
+
+    rank.record('source', 8, source)
+    rank.record('source', 12, source, now=True)
+    rank.record_latest()
+    assert progress.RankProgress(tmp_path).rows_done('source') == 12
