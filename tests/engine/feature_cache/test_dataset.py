@@ -12,6 +12,7 @@ from tests.conftest import tiny_backbone_cfg, tiny_dasd_cfg, tiny_retriever_cfg
 from tests.engine.feature_cache.test_ranks import cached_pairs, five_images_ann
 from tests.engine.test_feature_cache import TINY_TRANSFORM, ListDataset, pair_items
 from tests.models.backbones.open_clip_families import backbone_cfg, nllb_cfg
+from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.datasets.media_io import MediaReadError
 from xmr.engine.feature_cache import CACHE_FORMAT, CachedFeatureDataset, StaleFeatureCacheError
 from xmr.engine.feature_cache.key import media_decoding
@@ -152,3 +153,49 @@ def test_a_step_from_cached_features_has_the_live_step_s_losses_and_gradients(tm
         torch.testing.assert_close(cached_losses, live_losses, rtol=1e-5, atol=1e-6)
         assert cached_grads.keys() == live_grads.keys() and live_grads
         torch.testing.assert_close(cached_grads, live_grads, rtol=1e-4, atol=1e-5)
+
+
+def test_media_without_a_media_id_are_not_cached(tmp_path):
+    """The cache keys each media by its id: items that carry media but no ``media_id`` have
+    their captions cached alone, the image tower running on their media every step."""
+    items = [{k: v for k, v in item.items() if k != 'media_id'} for item in pair_items()]
+    assert CachedFeatureDataset(ListDataset(items), tmp_path / 'cache').kinds == ['source']
+
+
+def test_a_rebuild_asked_for_replaces_a_current_cache_and_a_current_one_is_kept(
+        tiny_retriever, tmp_path):
+    """``--overwrite`` builds afresh what a cache that is there holds; a run-owned cache under
+    the live key is read, not rebuilt at each phase start."""
+    dataset = ListDataset(pair_items())
+    assert CachedFeatureDataset(dataset, tmp_path / 'cache').prepare(tiny_retriever) is True
+    owned = CachedFeatureDataset(dataset, tmp_path / 'cache', rebuild_if_stale=True)
+    assert owned.prepare(tiny_retriever) is False
+    first = (tmp_path / 'cache' / 'meta.json').stat().st_ino
+    assert owned.prepare(tiny_retriever, rebuild=True) is True
+    assert (tmp_path / 'cache' / 'meta.json').stat().st_ino != first
+    assert owned[0]['source_features'].shape == (32,)
+
+
+class _SkippingDataset(ListDataset):
+    """Gives the dataset's own marker (or ``None``) for the items in ``skipped``."""
+
+    def __init__(self, items: list[dict]) -> None:
+        super().__init__(items)
+        self.skipped: dict[int, SkippedMedia | None] = {}
+
+    def __getitem__(self, index: int) -> dict | SkippedMedia | None:
+        return self.skipped[index] if index in self.skipped else super().__getitem__(index)
+
+
+def test_an_item_the_wrapped_dataset_skips_is_handed_on_as_it_gave_it(tiny_retriever,
+                                                                       tmp_path):
+    """A cache of captions alone leaves the media to the wrapped dataset: a file it could not
+    read at that step gives its marker (or ``None``), which the collate drops, rather than an
+    item."""
+    dataset = _SkippingDataset(pair_items())
+    cached = CachedFeatureDataset(dataset, tmp_path / 'cache', features=['source'])
+    cached.prepare(tiny_retriever)
+    marker = SkippedMedia(index=1, media_path='b.png', reason='not a decodable image')
+    dataset.skipped.update({1: marker, 2: None})
+    assert cached[1] is marker and cached[2] is None
+    assert cached[0]['source_features'].shape == (32,)
