@@ -252,3 +252,69 @@ def test_a_rank_killed_outright_fails_the_other_at_once_naming_it(tiny_retriever
     # 8 media in batches of 1, four a rank: the survivor stopped after its first batch.
     assert survivor['encoded'] == ([1] if where == 'encoding' else [1, 1, 1, 1])
     assert not (tmp_path / 'cache').exists()
+
+
+def _interrupted_rank(rank: int, port: int, model: torch.nn.Module, out_dir: str) -> None:
+    """Rank 1 is interrupted at its first batch (Ctrl-C on its node alone) and its process
+    lives on, handling it; rank 0 encodes its share."""
+    out = Path(out_dir)
+
+    def interrupted(media: torch.Tensor) -> None:
+        if rank == 1:
+            raise KeyboardInterrupt
+
+    try:
+        # 20 s stands for the 24 hours the other rank would wait for an interrupted one.
+        _prepare_on_rank(rank, port, model, out, timedelta(seconds=20), interrupted,
+                         batch_size=2)
+    except KeyboardInterrupt:
+        (out / f'rank{rank}').write_text(json.dumps(dict(error='KeyboardInterrupt')))
+    wait_for(lambda: all((out / f'rank{other}').is_file() for other in (0, 1)))
+
+
+def test_a_rank_interrupted_alone_tells_the_other_which_stops_naming_it(tiny_retriever,
+                                                                       tmp_path):
+    """An interruption is not an ``Exception``: a rank that told the others only of its
+    errors left them waiting at the step's end until the group's timeout, then failing as if
+    its process were gone."""
+    torch.multiprocessing.start_processes(
+        _interrupted_rank, args=(free_port(), tiny_retriever, str(tmp_path)),
+        nprocs=2, join=True, start_method='fork')
+    results = [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)]
+    assert results[1] == dict(error='KeyboardInterrupt')
+    assert results[0]['error'].startswith(
+        f'RankFailedError: feature cache {tmp_path / "cache"}: rank 1 failed while encoding '
+        'its rows: KeyboardInterrupt')
+    assert results[0]['encoded'] == [2, 2]  # 8 media in batches of 2, two a rank
+
+
+def _failing_beside_killed_rank(rank: int, port: int, model: torch.nn.Module,
+                                out_dir: str) -> None:
+    """Rank 1 is killed outright at its first batch; rank 0 fails at its first once it has
+    found rank 1 gone."""
+    def die_or_fail(media: torch.Tensor) -> None:
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        wait_for(lambda: not watching(1))
+        raise ValueError('planted on rank 0')
+
+    _prepare_on_rank(rank, port, model, Path(out_dir), timedelta(seconds=60), die_or_fail,
+                     batch_size=1)
+
+
+def test_a_rank_that_fails_after_another_was_killed_raises_its_own_error(tiny_retriever,
+                                                                         tmp_path):
+    """The other rank's end tells nothing of this rank's own failure: raising the rank found
+    gone in its place hid the error (and its traceback) this rank's log is read for."""
+    context = multiprocessing.get_context('fork')
+    port = free_port()
+    processes = [context.Process(target=_failing_beside_killed_rank, args=(
+        rank, port, tiny_retriever, str(tmp_path))) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0, -signal.SIGKILL]
+    assert json.loads((tmp_path / 'rank0').read_text()) == dict(
+        error='ValueError: planted on rank 0', encoded=[])
+    assert not (tmp_path / 'cache').exists()
