@@ -199,3 +199,14 @@ def test_an_item_the_wrapped_dataset_skips_is_handed_on_as_it_gave_it(tiny_retri
     dataset.skipped.update({1: marker, 2: None})
     assert cached[1] is marker and cached[2] is None
     assert cached[0]['source_features'].shape == (32,)
+
+
+@pytest.mark.parametrize('dtype', ['float64', 'bfloat16'])
+def test_a_storage_precision_other_than_float32_or_float16_is_refused_before_anything(
+        tmp_path, dtype):
+    """A cache stores float32 or float16 alone: another precision is named with the choices
+    when the dataset is made, not at its build."""
+    with pytest.raises(ValueError, match=re.escape(
+            f"CachedFeatureDataset dtype must be one of ('float32', 'float16'), got {dtype!r}")):
+        CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache', dtype=dtype)
+    assert not list(tmp_path.iterdir())
