@@ -210,3 +210,15 @@ def test_a_storage_precision_other_than_float32_or_float16_is_refused_before_any
             f"CachedFeatureDataset dtype must be one of ('float32', 'float16'), got {dtype!r}")):
         CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache', dtype=dtype)
     assert not list(tmp_path.iterdir())
+
+
+def test_items_of_neither_captions_nor_media_are_refused_naming_the_dataset(tmp_path):
+    """Such items give the cache no feature kind: built, it held no feature array, which its
+    own check then called corrupt."""
+    items = [dict(target_text=item['target_text'], lang=item['lang'], index=item['index'])
+             for item in pair_items()]
+    with pytest.raises(ValueError, match=re.escape(
+            'nothing to cache for ListDataset: its items carry neither source_text nor fixed '
+            'media')):
+        CachedFeatureDataset(ListDataset(items), tmp_path / 'cache')
+    assert not list(tmp_path.iterdir())
