@@ -243,7 +243,7 @@ def test_a_rank_killed_outright_fails_the_other_at_once_naming_it(tiny_retriever
     survivor = json.loads((tmp_path / f'rank{1 - killed}').read_text())
     doing = dict(encoding='encoding its rows', assembling='assembling the cache')[where]
     assert survivor['error'].startswith(
-        f'RankFailedError: feature cache {tmp_path / "cache"}: rank {killed} ended while {doing} '
+        f'RankStoppedError: feature cache {tmp_path / "cache"}: rank {killed} ended while {doing} '
         'without reporting an error, or stopped answering (gloo: ')
     assert survivor['error'].endswith(
         f'. Rank {1 - killed} stops too. A process killed outright (SIGKILL, the out-of-memory '
@@ -252,6 +252,9 @@ def test_a_rank_killed_outright_fails_the_other_at_once_naming_it(tiny_retriever
     # 8 media in batches of 1, four a rank: the survivor stopped after its first batch.
     assert survivor['encoded'] == ([1] if where == 'encoding' else [1, 1, 1, 1])
     assert not (tmp_path / 'cache').exists()
+    # Stopped, not failed: the rows recorded are kept for the next build, as when every rank
+    # is killed (rank 0 killed alone has no part in it; rank 1 killed alone removed them).
+    assert len(list(tmp_path.glob('cache.partial-*'))) == 1
 
 
 def _interrupted_rank(rank: int, port: int, model: torch.nn.Module, out_dir: str) -> None:
@@ -283,9 +286,13 @@ def test_a_rank_interrupted_alone_tells_the_other_which_stops_naming_it(tiny_ret
     results = [json.loads((tmp_path / f'rank{rank}').read_text()) for rank in (0, 1)]
     assert results[1] == dict(error='KeyboardInterrupt')
     assert results[0]['error'].startswith(
-        f'RankFailedError: feature cache {tmp_path / "cache"}: rank 1 failed while encoding '
-        'its rows: KeyboardInterrupt')
+        f'RankStoppedError: feature cache {tmp_path / "cache"}: rank 1 was interrupted while '
+        'encoding its rows: KeyboardInterrupt')
     assert results[0]['encoded'] == [2, 2]  # 8 media in batches of 2, two a rank
+    # An interruption of one rank stops the build as one of all does: its folder is kept, with
+    # rank 0's rows recorded (rank 0 removed it as for a failure, rows and all).
+    partial, = tmp_path.glob('cache.partial-*')
+    assert json.loads((partial / 'progress.json').read_text())['media']['rows'] == 4
 
 
 def _failing_beside_killed_rank(rank: int, port: int, model: torch.nn.Module,

@@ -47,7 +47,7 @@ from xmr.engine.feature_cache.key import (
     media_randomness,
     text_hash,
 )
-from xmr.engine.feature_cache.ranks import RankFailedError
+from xmr.engine.feature_cache.ranks import RankFailedError, RankStoppedError
 from xmr.engine.feature_cache.store import (
     CACHE_FORMAT,
     CorruptFeatureCacheError,
@@ -57,6 +57,7 @@ from xmr.engine.feature_cache.store import (
 )
 
 __all__ = ['CACHE_FORMAT', 'FEATURE_KINDS', 'CachedFeatureDataset', 'CorruptFeatureCacheError',
-           'FeatureCache', 'ItemIndex', 'RankFailedError', 'StaleFeatureCacheError',
+           'FeatureCache', 'ItemIndex', 'RankFailedError', 'RankStoppedError',
+           'StaleFeatureCacheError',
            'backbone_fingerprint', 'media_randomness', 'prepare_feature_caches',
            'refuse_other_folder', 'text_hash', 'source_dataset']

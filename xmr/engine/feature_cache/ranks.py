@@ -25,6 +25,11 @@ class RankFailedError(RuntimeError):
     """Another rank failed during a step of a feature cache build this rank took part in."""
 
 
+class RankStoppedError(RankFailedError):
+    """Another rank stopped without failing (interrupted, or its process ended without an
+    error: killed): the build is stopped, not failed, and its folder is kept for the next."""
+
+
 class _OtherRankFailed(Exception):
     """Stops this rank's encoding when another rank's failure marker appears."""
 
@@ -158,10 +163,11 @@ class BuildRanks:
             return
         own = error is not None and not isinstance(error, _OtherRankFailed)
         failure = f'{type(error).__name__}: {error}' if own else None
+        stopped = own and not isinstance(error, Exception)
         # Only a speed-up: the exchange below tells every rank, once each has finished. None for
         # an interruption (Ctrl-C, SystemExit): it keeps the build folder for the next build,
         # whose ranks would take the marker for a failure of their own.
-        if own and isinstance(error, Exception) and step.markers is not None:
+        if own and not stopped and step.markers is not None:
             with contextlib.suppress(OSError):
                 atomic_write_text(step.markers / f'{FAILED_MARKER}{self.rank}', failure)
         gone = step.watch.end()
@@ -171,21 +177,25 @@ class BuildRanks:
                 self._raise_gone(gone, doing)
             return
         shared: list[Any] = [None] * self.world
-        dist.all_gather_object(shared, (step.result, failure), group=self.group)
-        step.results = [result for result, _ in shared]
-        failed = {rank: failure for rank, (_, failure) in enumerate(shared) if failure}
+        dist.all_gather_object(shared, (step.result, failure, stopped), group=self.group)
+        step.results = [result for result, _, _ in shared]
+        failed = {rank: failure for rank, (_, failure, _) in enumerate(shared) if failure}
         if failed and not own:
-            raise RankFailedError(
+            # Only interruptions: the build is stopped, as if this rank were interrupted too.
+            error_type = (RankStoppedError if all(shared[rank][2] for rank in failed)
+                          else RankFailedError)
+            raise error_type(
                 f'feature cache {self.cache}: '
-                + '; '.join(f'rank {rank} failed while {doing}: {failure}'
-                            for rank, failure in failed.items())
+                + '; '.join(f"rank {rank} {'was interrupted' if shared[rank][2] else 'failed'} "
+                            f'while {doing}: {failure}' for rank, failure in failed.items())
                 + f'. Rank {self.rank} stops too; the failing rank\'s log holds the traceback.'
             ) from None
 
     def _raise_gone(self, gone: dict[int, str], doing: str) -> None:
         """Raise :class:`RankFailedError` naming the ranks whose processes ended or outlasted
-        the group's timeout (``gone``: gloo's error for each, which tells which)."""
-        raise RankFailedError(
+        the group's timeout (``gone``: gloo's error for each, which tells which). A build
+        stopped so keeps its folder, as one whose every rank was killed."""
+        raise RankStoppedError(
             f'feature cache {self.cache}: '
             + '; '.join(f'rank {rank} ended while {doing} without reporting an error, or stopped '
                         f'answering (gloo: {error})' for rank, error in gone.items())

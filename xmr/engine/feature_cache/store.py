@@ -33,7 +33,13 @@ from xmr.engine.feature_cache.progress import (
     build_record,
     records_build,
 )
-from xmr.engine.feature_cache.ranks import FAILED_MARKER, BuildRanks, BuildStep, rank_rows
+from xmr.engine.feature_cache.ranks import (
+    FAILED_MARKER,
+    BuildRanks,
+    BuildStep,
+    RankStoppedError,
+    rank_rows,
+)
 from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
 from xmr.fileio import (
     OTHER_HOST_QUIET_SECONDS,
@@ -212,7 +218,9 @@ class FeatureCache:
         shards into its arrays and renames the folder as above: the files are bit for bit a
         single process's. A failure on any rank fails every rank, naming it
         (:class:`~xmr.engine.feature_cache.ranks.RankFailedError`), and rank 0 removes the
-        temporary folder.
+        temporary folder; a rank interrupted or killed alone stops every rank
+        (:class:`~xmr.engine.feature_cache.ranks.RankStoppedError`), and the folder is kept
+        as when all are.
 
         Args:
             path: the cache folder to create; a symbolic link is built where it points.
@@ -252,29 +260,39 @@ class FeatureCache:
                 if ranks.rank == 0:
                     _finish_build(partial, path, len(dataset), key, index, encoded.results,
                                   batch_size, media_files, started)
-        except Exception as error:
-            if ranks.rank != 0:
-                raise
-            # Kept only while it records its build: else the next build would remove it.
-            kept = _no_room(error) and records_build(partial, record)
-            if not kept:
-                shutil.rmtree(partial, ignore_errors=True)
-            if _no_room(error):
-                raise UserError(partial if kept else path,
-                                f'no room to write the feature cache ({error})',
-                                'free space, or set cache_dir (or --work-dir) on a larger disk'
-                                + ('; the rows encoded so far are kept here, and the next build '
-                                   'of this cache (the same data, model, ranks and batch size) '
-                                   'goes on from them' if kept else '')) from error
-            raise
-        except BaseException:
+        except BaseException as error:
             if ranks.rank == 0:
-                print_log(f'{path}: stopped; the rows encoded so far are kept in {partial.name}, '
-                          'and the next build of this cache (the same data, model, ranks and '
-                          'batch size) goes on from them', logger='current',
-                          level=logging.WARNING)
+                _end_unfinished_build(error, path, partial, record)
             raise
         return cls(path)
+
+
+def _end_unfinished_build(error: BaseException, path: Path, partial: Path,
+                          record: dict[str, Any]) -> None:
+    """Rank 0's part when a build ends in ``error``. A stop (an interruption, or another
+    rank's interruption or kill: :class:`~xmr.engine.feature_cache.ranks.RankStoppedError`)
+    keeps the build folder for the next build; a failure removes it, unless it ran out of room
+    while the folder records its build, which is kept and named.
+
+    Raises:
+        UserError: no room to write the cache (the disk, a quota), naming the folder kept.
+    """
+    if not isinstance(error, Exception) or isinstance(error, RankStoppedError):
+        if partial.is_dir():  # else it was renamed: a peer stopped after the cache was made
+            print_log(f'{path}: stopped; the rows encoded so far are kept in {partial.name}, '
+                      'and the next build of this cache (the same data, model, ranks and batch '
+                      'size) goes on from them', logger='current', level=logging.WARNING)
+        return
+    # Kept only while it records its build: else the next build would remove it.
+    kept = _no_room(error) and records_build(partial, record)
+    if not kept:
+        shutil.rmtree(partial, ignore_errors=True)
+    if _no_room(error):
+        raise UserError(partial if kept else path, f'no room to write the feature cache ({error})',
+                        'free space, or set cache_dir (or --work-dir) on a larger disk'
+                        + ('; the rows encoded so far are kept here, and the next build of this '
+                           'cache (the same data, model, ranks and batch size) goes on from them'
+                           if kept else '')) from error
 
 
 def refuse_other_folder(path: str | os.PathLike, where: str = 'cache_dir') -> None:
