@@ -54,4 +54,3 @@ def main(method: str, argv: list[str] | None = None) -> None:
         print(f'{args.out}: the file\'s acquirers of {", ".join(report.languages_left)} are left '
               'out, the config does not name them: add them to '
               'model.language_branch.languages (--cfg-options) to convert them too')
-

@@ -22,4 +22,3 @@ text_train_dataloader = dict(dataset=dict(transform=dict(_delete_=True,
                                                          **_base_.cclm_media_transform)))
 val_dataloader = dict(dataset=dict(transform=dict(_delete_=True, **_base_.cclm_media_transform)))
 test_dataloader = dict(dataset=dict(transform=dict(_delete_=True, **_base_.cclm_media_transform)))
-

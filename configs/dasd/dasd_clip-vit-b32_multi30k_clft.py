@@ -18,4 +18,3 @@ _base_ = [
 # The authors fine-tune English CLIP with a fixed logit scale of 100.
 model = dict(language_branch=dict(languages={{_base_.target_langs}}),
              losses=dict(source_cm=dict(type='InfoNCELoss', temperature=0.01)))
-

@@ -10,4 +10,3 @@ _base_ = [
 ]
 
 model = dict(language_branch=dict(languages={{_base_.target_langs}}))
-

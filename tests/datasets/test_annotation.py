@@ -606,4 +606,3 @@ def test_a_name_holding_a_nul_is_refused_on_load_naming_the_item_and_key(tmp_pat
     with pytest.raises(AnnotationError,
                        match=rf"item 0: {key} 'b\\x00.jpg' holds a NUL character at character 1"):
         load_annotation(path)
-

@@ -1143,4 +1143,3 @@ def test_a_cache_folder_that_is_a_link_is_built_and_rebuilt_where_it_points(tiny
     assert link.is_symlink() and (tmp_path / 'scratch' / 'cache' / 'meta.json').is_file()
     assert [p.name for p in (tmp_path / 'work_dirs').iterdir()] == ['cache']
     assert [p.name for p in (tmp_path / 'scratch').iterdir()] == ['cache']
-

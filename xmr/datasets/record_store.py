@@ -72,5 +72,3 @@ class RecordStore(Sequence[MediaRecord]):
     def __iter__(self) -> Iterator[MediaRecord]:
         for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist()):
             yield MediaRecord(*pickle.loads(self.buffer[start:end]))
-
-

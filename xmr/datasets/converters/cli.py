@@ -330,4 +330,3 @@ def dump_converted(outputs: Mapping[Path, Annotation],
                                   'that the new file would not have; it is kept: move it away '
                                   f'first (and attach them again to the new file), or {elsewhere}')
     return dump_annotations(outputs)
-
