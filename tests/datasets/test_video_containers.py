@@ -318,3 +318,82 @@ def test_zeros_inside_a_cluster_are_found_by_walking_its_blocks(tmp_path):
         f'no Matroska element at byte {35 + 27 + 12 + 31:,} of its segment')
     path.write_bytes(_matroska(_track_entry(1), _ebml(b'\x1f\x43\xb6\x75', blocks)))
     assert container_problem(path, blocks=True) is None
+
+
+@pytest.mark.parametrize('first', [b'styp', b'sidx'])
+def test_a_fragment_file_opening_with_a_segment_box_is_walked_for_a_cut(tmp_path, first):
+    """A DASH/CMAF segment opens with ``styp`` or ``sidx`` instead of ``ftyp``; it was read as
+    no known container, so one cut short inside its index passed without a word."""
+    whole = _box(first, bytes(12)) + _box(b'moov', bytes(20)) + _box(b'mdat', bytes(40))
+    assert container_problem(_mp4(tmp_path, whole)) is None
+    # 'moov' spans bytes 20..48: cut at 40.
+    assert container_problem(_mp4(tmp_path, whole[:40])) == (
+        "truncated: its 'moov' box ends at byte 48 but the file has 40 bytes (a copy or "
+        'download cut short)')
+    assert not unlike_its_name(_mp4(tmp_path, whole))
+
+
+@pytest.mark.parametrize(('name', 'head'), [
+    # A GIF opens with 'G', a transport stream's sync byte, but has no second packet's.
+    ('clip.ts', b'GIF89a' + bytes(300)),
+    ('clip.m2ts', bytes(4) + b'G' + bytes(300)),
+    # A WAV is a RIFF file too, of form 'WAVE', not 'AVI '.
+    ('clip.avi', b'RIFF\x24\x08\x00\x00WAVEfmt ' + bytes(300))])
+def test_a_file_that_shares_only_a_first_byte_or_riff_with_its_container_is_unlike_it(
+        tmp_path, name, head):
+    """One sync byte, or a RIFF header of another form, does not begin the container the name
+    says: such a file is left to the decoder as one unlike its name."""
+    path = tmp_path / name
+    path.write_bytes(head)
+    assert unlike_its_name(path)
+
+
+def test_a_last_box_of_size_zero_and_a_large_size_index_are_read_as_boxes(tmp_path):
+    """A size field of 0 (the box runs to the end of the file) is a box, not padding: only 8
+    zero bytes are; and an index of 64-bit size has its payload after a 16-byte header."""
+    to_the_end = _box(b'ftyp', b'isom') + struct.pack('>I4s', 0, b'moov') + bytes(20)
+    assert container_problem(_mp4(tmp_path, to_the_end)) is None
+    sound = _track(b'soun')
+    large_moov = struct.pack('>I4sQ', 1, b'moov', 16 + len(sound)) + sound
+    assert container_problem(_mp4(tmp_path, large_moov + _box(b'mdat', bytes(8)))).startswith(
+        "no video track: its index ('moov') lists sound tracks alone")
+
+
+def test_a_large_size_header_cut_before_its_64_bit_size_is_no_box(tmp_path):
+    """Size 1 announces a 64-bit size; a file ending before it is no box, not a crash."""
+    cut = _box(b'moov', bytes(4)) + b'\x00\x00\x00\x01mdat' + bytes(4)
+    assert container_problem(_mp4(tmp_path, cut)) == (
+        "not an MP4/QuickTime file: no box at byte 12 (size 1, type b'mdat')")
+
+
+def test_a_box_smaller_than_its_own_header_is_no_box(tmp_path):
+    """A size under 8 cannot hold the size and type it follows, whatever the type reads as."""
+    data = _box(b'moov', bytes(4)) + b'\x00\x00\x00\x04free' + _box(b'mdat', bytes(8))
+    assert container_problem(_mp4(tmp_path, data)) == (
+        "not an MP4/QuickTime file: no box at byte 12 (size 4, type b'free')")
+
+
+def test_the_first_index_is_the_one_read_when_a_file_holds_two(tmp_path):
+    """FFmpeg skips a duplicated ``moov``; so does the sound-alone check, which reads the
+    first: a sound-only first index is told, a video track in a second one changes nothing."""
+    sound, video = (_box(b'moov', _track(handler)) for handler in (b'soun', b'vide'))
+    problem = container_problem(_mp4(tmp_path, sound + video + _box(b'mdat', bytes(8))))
+    assert problem.startswith("no video track: its index ('moov') lists sound tracks alone")
+    assert container_problem(_mp4(tmp_path, video + sound + _box(b'mdat', bytes(8)))) is None
+
+
+def test_a_track_running_past_its_index_is_not_read_from_the_bytes_after_it(tmp_path):
+    """A child box is read only inside its parent: a ``trak`` whose size runs past the
+    ``moov`` holding it tells nothing, even where the bytes after ``moov`` complete it."""
+    trak = _track(b'soun')
+    moov = struct.pack('>I4s', 8 + 100, b'moov') + trak[:100]
+    data = _box(b'ftyp', b'isom') + _box(b'mdat', bytes(200)) + moov + trak[100:]
+    assert len(trak) > 100
+    assert container_problem(_mp4(tmp_path, data)) is None
+
+
+def test_a_matroska_track_list_without_entries_tells_nothing(tmp_path):
+    """No track entry is no sound track either: the decoder decides."""
+    path = tmp_path / 'clip.webm'
+    path.write_bytes(_matroska(_track_entry(), CLUSTER))
+    assert container_problem(path) is None
