@@ -513,3 +513,39 @@ def test_a_git_lfs_pointer_under_a_video_s_name_is_named_so(tmp_path):
     with pytest.raises(MediaReadError) as info:
         read_video_frames(tmp_path / 'clip.mp4', 12, random_offset=False)
     assert info.value.reason == LFS_POINTER
+
+
+@pytest.mark.parametrize('read', [lambda path: read_video_frames(path, 4, False),
+                                  check_video_decodes])
+def test_a_folder_under_a_video_s_name_is_named_a_folder_not_missing(tmp_path, read):
+    """A folder named like a clip (an unpacked archive) is named for what it is."""
+    folder = tmp_path / 'clip.mp4'
+    folder.mkdir()
+    with pytest.raises(MediaReadError, match=r'clip\.mp4: is a folder, not a file'):
+        read(folder)
+
+
+@pytest.mark.parametrize('read', [read_image, check_image_file, check_image_decodes])
+def test_an_empty_image_is_named_empty_not_undecodable(tmp_path, read):
+    """An empty file (a download that wrote nothing) says so, rather than Pillow's guess."""
+    (tmp_path / 'photo.jpg').write_bytes(b'')
+    with pytest.raises(MediaReadError, match=r'photo\.jpg: the file is empty \(0 bytes\)'):
+        read(tmp_path / 'photo.jpg')
+
+
+@pytest.mark.parametrize(('values', 'extrema'), [((0, 65536), '0..65536'),
+                                                 ((-1, 65535), '-1..65535')])
+def test_32_bit_samples_just_outside_16_bits_are_refused_not_wrapped(tmp_path, values,
+                                                                       extrema):
+    """65536 would read as grey 0 (its top 8 of 16 bits wrapped) and -1 as 255: one sample past
+    either end of 0..65535 is outside every range of grey."""
+    Image.fromarray(np.array([values], dtype=np.int32)).save(tmp_path / 'edge.tif')
+    with pytest.raises(MediaReadError, match=rf"edge\.tif: an image of 32-bit integer samples "
+                       rf"\(mode 'I', values {extrema}\)"):
+        read_image(tmp_path / 'edge.tif')
+
+
+def test_zero_decoder_threads_lets_decord_choose(videos):
+    """0 is decord's own 'choose for me', documented as allowed: not a bad count."""
+    frames, indices = read_video_frames(videos / 'video_0.mov', 2, False, num_threads=0)
+    assert frames.shape[0] == 2 and len(indices) == 2
