@@ -192,8 +192,8 @@ class BuildRanks:
             ) from None
 
     def _raise_gone(self, gone: dict[int, str], doing: str) -> None:
-        """Raise :class:`RankFailedError` naming the ranks whose processes ended or outlasted
-        the group's timeout (``gone``: gloo's error for each, which tells which). A build
+        """Raise :class:`RankStoppedError` naming the ranks whose processes ended or outlasted
+        the group's timeout (``gone``: gloo's error for each, which tells which): a build
         stopped so keeps its folder, as one whose every rank was killed."""
         raise RankStoppedError(
             f'feature cache {self.cache}: '
