@@ -297,9 +297,11 @@ def test_zeros_where_a_matroska_element_should_begin_are_damage(tmp_path, elemen
         'never finished leaves'))
 
 
-def test_an_element_running_past_its_segment_is_damage(tmp_path):
+@pytest.mark.parametrize('size', [0x40, 31])  # far past the segment's end, and one byte past
+def test_an_element_running_past_its_segment_is_damage(tmp_path, size):
     data = bytearray(_matroska(_track_entry(1), CLUSTER))
-    data[-31] = 0x40  # the cluster's size, 30, now 64 + 30: past the segment's end
+    assert data[-31] == 30  # the last byte of the cluster's size
+    data[-31] = size
     (tmp_path / 'clip.mkv').write_bytes(bytes(data))
     assert container_problem(tmp_path / 'clip.mkv').startswith(
         'no Matroska element at byte 62 of its segment')
