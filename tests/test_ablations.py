@@ -3,12 +3,18 @@ order, and refused where two rows cannot be combined."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
 from mmengine.config import Config
 
-from xmr.ablations import ablation_path, ablation_suffix, apply_ablations
+from xmr.ablations import (
+    ablation_path,
+    ablation_suffix,
+    apply_ablations,
+    list_items_replaced,
+)
 from xmr.run_config import load_run_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
@@ -308,3 +314,35 @@ def test_a_row_changing_a_variable_a_runner_key_copied_whole_is_refused(tmp_path
         apply_ablations(Config.fromfile(str(base)), [str(row)])
     row.write_text("langs = ['fr']\n")
     assert apply_ablations(Config.fromfile(str(base)), [str(row)]).langs == ['fr']
+
+
+def test_a_row_configuring_a_part_the_config_removes_names_the_config(tmp_path):
+    """Merged beneath the config's ``None``, the row's options would make a typeless part."""
+    base = tmp_path / 'base.py'
+    base.write_text('model = dict(type="X", teacher=None)\n')
+    (tmp_path / 'row.py').write_text('model = dict(teacher=dict(depth=3))\n')
+    with pytest.raises(ValueError, match=re.escape(
+            f"ablation '{tmp_path / 'row.py'}' configures model.teacher.depth, but the config "
+            f'{base} removes model.teacher (None): the two cannot be combined')):
+        apply_ablations(Config.fromfile(str(base)), [str(tmp_path / 'row.py')])
+
+
+@pytest.mark.parametrize('overlay, config, expected', [
+    # a list of dicts and names: the dict item merged into the old one, the name replaced
+    ({'pipeline': {'0': dict(size=256), '1': 'C'}},
+     {'pipeline': [dict(type='A', size=224, crop=True), 'B']},
+     {'pipeline': [dict(type='A', size=256, crop=True), 'C']}),
+    # a tuple stays a tuple (betas)
+    ({'betas': {'1': 0.99}}, {'betas': (0.9, 0.98)}, {'betas': (0.9, 0.99)}),
+    # an item that is no dict, overlaid by a dict: replaced by it
+    ({'hooks': {'0': dict(type='A')}}, {'hooks': [None]}, {'hooks': [dict(type='A')]}),
+    # an index past the end: left for the caller's error
+    ({'langs': {'5': 'fr'}}, {'langs': ['en']}, {'langs': {'5': 'fr'}}),
+    # a list inside a tuple's dict item
+    ({'parts': {'0': {'sizes': {'1': 9}}}}, {'parts': (dict(sizes=[1, 2]),)},
+     {'parts': {'0': {'sizes': [1, 9]}}}),
+])
+def test_list_items_are_replaced_where_mmengine_would_not_merge_them(overlay, config, expected):
+    replaced = list_items_replaced(overlay, config)
+    assert replaced == expected
+    assert type(next(iter(replaced.values()))) is type(next(iter(expected.values())))
