@@ -219,3 +219,73 @@ def test_an_english_only_phase_states_its_language_and_leaves_the_others_to_tell
         fed = {'phase source_finetune': dataset,
                'phase cross_lingual': SimpleNamespace(metainfo=dict(languages=['de']))}
         assert unfed_languages(branch, fed) == ['fr'], name
+
+
+def test_unfed_languages_leave_out_the_source_and_keep_the_model_s_order():
+    """A model listing its source language among its languages has no module of it to leave
+    as built, and the warning names the rest in the order the model lists them (not sorted)."""
+    fed = {'phase a': SimpleNamespace(metainfo=dict(languages=['de']))}
+    branch = SimpleNamespace(languages=['ja', 'en', 'fr', 'de'], source_language='en',
+                             language_branch=object())
+    assert unfed_languages(branch, fed) == ['ja', 'fr']
+
+
+def _two_image_gallery(tmp_path):
+    dump_annotation(Annotation(
+        dataset='xtd10', split='val', media_type='image', languages=['en', 'de'],
+        source_lang='en',
+        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog'], 'de': ['ein Hund']})
+               for name in ('red', 'blue')]), tmp_path / 'val.json')
+    return RetrievalDataset(tmp_path / 'val.json', with_media=False,
+                            transform=dict(type='MediaTransform', backbone=None, size=32))
+
+
+def test_a_cached_gallery_is_checked_as_the_gallery_it_wraps(tmp_path):
+    """The feature cache wraps a validation gallery: its languages are handed to the model's
+    check under the dataset's own name, its metainfo to the gallery check, and its size is
+    held to its metric's gallery_size all the same."""
+    gallery = _two_image_gallery(tmp_path)
+    cached = CachedFeatureDataset(gallery, tmp_path / 'cache', features=['media'])
+    seen = []
+    model = SimpleNamespace(
+        check_languages=lambda languages, where: seen.append(('languages', languages, where)),
+        check_gallery=lambda metainfo, where: seen.append(('gallery', metainfo, where)))
+    check_data_languages(model, {'val dataset 0': cached})
+    assert seen == [('languages', ['en', 'de'], 'val dataset 0'),
+                    ('gallery', gallery.metainfo, 'val dataset 0')]
+    loop = SimpleNamespace(dataloader=SimpleNamespace(dataset=cached),
+                           evaluator=SimpleNamespace(metrics=[RetrievalMetric(gallery_size=1)]))
+    with pytest.raises(ValueError, match=r'^val dataset 0 \(.*val\.json\) holds 2 media'):
+        check_gallery_sizes(loop)
+
+
+def test_a_gallery_larger_than_its_metric_s_gallery_size_is_refused_too(tmp_path):
+    """Recall@10 over 2 media is not recall over 1: any other size than the one the metric
+    names is refused, not only a smaller one."""
+    loop = SimpleNamespace(dataloader=SimpleNamespace(dataset=_two_image_gallery(tmp_path)),
+                           evaluator=SimpleNamespace(metrics=[RetrievalMetric(gallery_size=1)]))
+    with pytest.raises(ValueError, match=r"holds 2 media, but its metric's gallery_size=1"):
+        check_gallery_sizes(loop)
+
+
+def test_a_synthetic_set_rendered_square_is_refused_by_a_tower_of_another_width():
+    """A synthetic set renders image_size x image_size: a 32x48 tower does not take 32x32,
+    though their heights agree."""
+    model = SimpleNamespace(backbone=SimpleNamespace(image_size=(32, 48)))
+    with pytest.raises(ValueError, match=r'renders 32x32 images, but the image tower of '
+                                         r'SimpleNamespace takes 32x48'):
+        check_media_sizes(model, {'val': SyntheticRetrievalDataset(
+            num_scenes=3, languages=['en'], image_size=32)})
+
+
+def test_a_transform_stating_no_interpolation_is_not_warned_of_one(monkeypatch):
+    """A transform of one's own that states a resize mode and no interpolation departs from
+    the tower's record in nothing it states: no warning of ``interpolation=None``."""
+    from xmr.engine import data_languages
+
+    said = []
+    monkeypatch.setattr(data_languages, 'print_log', lambda message, **_: said.append(message))
+    model = SimpleNamespace(backbone=_squashing_backbone())
+    own = SimpleNamespace(size=(64, 64), resize_mode='squash')
+    check_media_sizes(model, {'val': SimpleNamespace(transform=own)})
+    assert said == []
