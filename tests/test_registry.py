@@ -407,3 +407,35 @@ def test_a_scalar_where_a_list_goes_is_refused_whatever_the_lists_default(value,
             MODELS.check_options(dict(type=tunes, **{option: value}))
     MODELS.check_options(dict(type=tunes, tuned_weights=['ln_*'], suffixes='.json', ks=10))
     MODELS.check_options(dict(type=tunes, tuned_weights=(), betas=[0.9, 0.99]))
+
+
+def test_a_name_xmr_replaces_mmengine_s_type_under_is_refused_naming_xmr_s_module():
+    """xmr's ``CheckpointHook`` replaces MMEngine's in the ``xmr`` scope: a user's refused
+    registration names the type it would replace in that scope, xmr's, not MMEngine's."""
+    with pytest.raises(UserKeyError) as refused:
+        @HOOKS.register_module()
+        class CheckpointHook(Hook):
+            pass
+    assert str(refused.value).startswith(
+        "'CheckpointHook' is already registered in the xmr 'hook' registry, by "
+        'xmr.engine.hooks.checkpoint, so tests.test_registry cannot register')
+
+
+def test_a_type_that_takes_any_option_still_refuses_a_word_for_a_number_it_names():
+    """``**options`` lets unknown options through, not a named option of the wrong kind:
+    ``width='8'`` beside ``width: int = 4`` is refused as the config loads."""
+    @ADAPTERS.register_module()
+    class WideOptionsAdapter(BaseAdapter):
+        def __init__(self, placement, width: int = 4, **options):
+            super().__init__(placement)
+
+        def forward(self, x, ctx):
+            return x
+
+    try:
+        ADAPTERS.check_options(dict(type='WideOptionsAdapter', width=8, anything='x'))
+        with pytest.raises(ValueError, match=r"option width='8' must be a number "
+                                             r'\(its default is 4\)'):
+            ADAPTERS.check_options(dict(type='WideOptionsAdapter', width='8'))
+    finally:
+        ADAPTERS.module_dict.pop('WideOptionsAdapter')
