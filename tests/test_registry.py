@@ -439,3 +439,13 @@ def test_a_type_that_takes_any_option_still_refuses_a_word_for_a_number_it_names
             ADAPTERS.check_options(dict(type='WideOptionsAdapter', width='8'))
     finally:
         ADAPTERS.module_dict.pop('WideOptionsAdapter')
+
+
+def test_a_scoped_name_of_another_registry_s_type_is_named_with_that_registry():
+    """``xmr.StaticAdapter`` in a model's config: the scope prefix is no part of the name the
+    adapter registry holds, so the message still says where the type is registered."""
+    with pytest.raises(UserKeyError, match=re.escape(
+            "'xmr.StaticAdapter' is not a registered type in the xmr 'model' registry: "
+            "xmr.models.adapters.static registered it in the xmr 'adapter' registry; use it "
+            "where xmr builds 'adapter' types.")):
+        MODELS.get('xmr.StaticAdapter')
