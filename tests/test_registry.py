@@ -449,3 +449,12 @@ def test_a_scoped_name_of_another_registry_s_type_is_named_with_that_registry():
             "xmr.models.adapters.static registered it in the xmr 'adapter' registry; use it "
             "where xmr builds 'adapter' types.")):
         MODELS.get('xmr.StaticAdapter')
+
+
+def test_a_name_inside_a_registered_one_is_suggested_where_it_is_too_short_to_be_close():
+    """``Dyn`` is too short for difflib to match ``DynamicAdapter``; the registered names that
+    hold it are suggested all the same, not the whole list."""
+    with pytest.raises(UserKeyError, match="'Dyn' is not a registered type in the xmr 'adapter' "
+                                           r'registry\. Closest registered names: '
+                                           r'DynamicAdapter\. '):
+        ADAPTERS.get('Dyn')
