@@ -458,3 +458,17 @@ def test_a_name_inside_a_registered_one_is_suggested_where_it_is_too_short_to_be
                                            r'registry\. Closest registered names: '
                                            r'DynamicAdapter\. '):
         ADAPTERS.get('Dyn')
+
+
+@pytest.mark.parametrize('registry, name, module', [
+    ('ADAPTERS', 'StaticAdapter', 'xmr.models.adapters.static'),
+    ('TOKENIZERS', 'SentencePieceTokenizer', 'xmr.models.language.tokenizers'),
+    ('DATASETS', 'CachedFeatureDataset', 'xmr.engine.feature_cache.dataset')])
+def test_a_registry_looked_up_first_in_a_fresh_process_finds_its_types(registry, name, module):
+    """A user's script that builds an adapter (or a project registry's other type) before
+    anything else imported xmr's modules: the registry's own look-up imports them."""
+    result = subprocess.run([sys.executable, '-c', (
+        f'from xmr.registry import {registry}\n'
+        f'print({registry}.get({name!r}).__module__)')], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == module
