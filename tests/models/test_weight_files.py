@@ -480,3 +480,57 @@ def test_torchs_strict_load_refusal_is_told_as_a_mismatch():
         '2.weight and 2 more); 1 unexpected (visual.conv1.weight); 1 with another shape '
         '(0.weight (file [3, 2], model [2, 2])). Fix it.')
     assert strict_load_refusal(RuntimeError('CUDA out of memory'), 'a', 'b', 'c') is None
+
+
+@pytest.mark.parametrize('payload, entry', [
+    ({**STATE, 'epoch': 3}, 'epoch'), ({**STATE, 7: torch.zeros(1)}, '7')],
+    ids=['a-number-among-tensors', 'a-tensor-named-by-a-number'])
+def test_a_file_holding_entries_other_than_tensors_by_name_is_refused_naming_one(
+        tmp_path, payload, entry):
+    """A checkpoint with training state beside its tensors (or keys that are no names) is no
+    state dict: it is refused naming the file and the entry, not loaded as weights."""
+    path = tmp_path / 'weights.pt'
+    torch.save(payload, path)
+    with pytest.raises(ValueError, match=rf'weights\.pt is not a checkpoint: 1 of its entries '
+                                         rf'are not tensors by name \({entry}\)'):
+        read_weights(path)
+
+
+def test_a_tensor_named_model_is_a_weight_not_a_wrapper(tmp_path):
+    """Only a mapping under 'model' (or 'state_dict') wraps the state dict: a tensor of that
+    name is one of the weights."""
+    path = tmp_path / 'weights.pt'
+    torch.save({**STATE, 'model': torch.ones(2)}, path)
+    loaded = read_weights(path)
+    assert set(loaded) == {*STATE, 'model'}
+    assert torch.equal(loaded['model'], torch.ones(2))
+
+
+def test_a_whole_file_wins_over_its_shards_index_in_a_folder(tmp_path):
+    """Hugging Face reads model.safetensors before model.safetensors.index.json."""
+    save_file(STATE, str(tmp_path / 'model.safetensors'))
+    (tmp_path / 'model.safetensors.index.json').write_text('{"weight_map": {}}')
+    assert weights_file(tmp_path) == tmp_path / 'model.safetensors'
+    _assert_state(read_weights(tmp_path))
+
+
+def test_a_weight_map_that_is_no_mapping_is_refused_naming_the_index(tmp_path):
+    index = tmp_path / 'model.safetensors.index.json'
+    index.write_text('{"weight_map": ["model-00001-of-00001.safetensors"]}')
+    with pytest.raises(ValueError, match=r'model\.safetensors\.index\.json is not the index of a '
+                                         r'checkpoint saved in shards'):
+        read_weights(index)
+
+
+def test_a_mark_of_the_transformers_layout_counts_only_as_a_whole_name_part():
+    """'context_model.' holds 'text_model.' but is no transformers name."""
+    assert transformers_layout_key(['context_model.weight', 'myvision_model.bias']) is None
+
+
+def test_a_damaged_record_of_a_bin_file_is_refused_as_well(tmp_path):
+    """pytorch_model.bin is a torch.save zip archive too: its records' CRC-32 are checked."""
+    path = tmp_path / 'pytorch_model.bin'
+    torch.save(STATE, path)
+    record = damage_record(path, '/data/')
+    with pytest.raises(ValueError, match=rf'its record {re.escape(record)} is damaged'):
+        read_weights(path)
