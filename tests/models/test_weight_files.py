@@ -18,6 +18,7 @@ from tests.zip_records import damage_record
 from xmr.models.weight_files import (
     WeightsMismatchError,
     check_weights_fit,
+    nonfinite_keys,
     read_weights,
     strict_load_refusal,
     transformers_layout_key,
@@ -534,3 +535,20 @@ def test_a_damaged_record_of_a_bin_file_is_refused_as_well(tmp_path):
     record = damage_record(path, '/data/')
     with pytest.raises(ValueError, match=rf'its record {re.escape(record)} is damaged'):
         read_weights(path)
+
+
+def test_a_transposed_weight_of_as_many_elements_is_refused():
+    """A [3, 2] file tensor for a [2, 3] parameter holds as many numbers but would load wrong:
+    the shapes, not the counts, are compared."""
+    expected = {'proj.weight': torch.empty(2, 3, device='meta')}
+    with pytest.raises(WeightsMismatchError, match=r'1 with another shape \(proj\.weight '
+                                                   r'\(file \[3, 2\], model \[2, 3\]\)\)'):
+        check_weights_fit(expected, {'proj.weight': torch.zeros(3, 2)}, 'ckpt.pt', 'x', 'Fix.')
+
+
+def test_nonfinite_keys_names_every_tensor_with_one_nan_or_inf_sorted():
+    """One bad number is enough; integer tensors are never named; the keys come sorted."""
+    state = {'z.weight': torch.tensor([1.0, float('inf')]),
+             'a.bias': torch.tensor([float('nan'), 0.0]),
+             'm.weight': torch.ones(3), 'steps': torch.tensor([7])}
+    assert nonfinite_keys(state) == ['a.bias', 'z.weight']
