@@ -552,3 +552,14 @@ def test_nonfinite_keys_names_every_tensor_with_one_nan_or_inf_sorted():
              'a.bias': torch.tensor([float('nan'), 0.0]),
              'm.weight': torch.ones(3), 'steps': torch.tensor([7])}
     assert nonfinite_keys(state) == ['a.bias', 'z.weight']
+
+
+def test_a_torchscript_record_longer_than_its_storage_is_refused(tmp_path):
+    """Bytes beyond the elements data.pkl gives a record mean another file's record: refused,
+    not read as the first elements."""
+    path = tmp_path / 'ViT-B-32.pt'
+    _jit_save(path, nn.Linear(2, 2))
+    _rewrite(path, lambda name, data: data + data[:4] if name.endswith('/data/0') else data)
+    with pytest.raises(ValueError, match=r'its record \S+/data/0 holds 20 bytes, not the 4 '
+                                         r'torch\.float32 elements'):
+        read_weights(path, 'CLIP checkpoint')
