@@ -237,13 +237,27 @@ def test_a_torchscript_archive_reads_as_jit_load_gives_it_without_jit_load(
 
 
 def _rewrite(path, change) -> None:
-    """Rewrite the records of the zip archive ``path`` through ``change(name, data)``; zipfile
-    writes each record's CRC-32 anew, so the archive passes its check."""
+    """Rewrite the records of the zip archive ``path`` through ``change(name, data)`` (a
+    record it maps to ``None`` left out); zipfile writes each record's CRC-32 anew, so the
+    archive passes its check."""
     with zipfile.ZipFile(path) as archive:
         records = {info.filename: archive.read(info) for info in archive.infolist()}
     with zipfile.ZipFile(path, 'w') as archive:
         for name, data in records.items():
-            archive.writestr(name, change(name, data))
+            if (changed := change(name, data)) is not None:
+                archive.writestr(name, changed)
+
+
+def test_an_archive_without_a_byte_order_record_is_read_little_endian(tmp_path):
+    """OpenAI's ``ViT-B-32.pt`` (torch 1.7) has no ``byteorder`` record: its storages are
+    little-endian, and read otherwise every weight would be byte-swapped without a word."""
+    path = tmp_path / 'ViT-B-32.pt'
+    _jit_save(path, nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)).half())
+    expected = _jit_state_dict(path)
+    _rewrite(path, lambda name, data: None if name.endswith('/byteorder') else data)
+    with zipfile.ZipFile(path) as archive:
+        assert not [name for name in archive.namelist() if name.endswith('byteorder')]
+    _assert_same_tensors(read_weights(path), expected)
 
 
 def test_a_big_endian_torchscript_archive_reads_in_this_machines_byte_order(tmp_path):
