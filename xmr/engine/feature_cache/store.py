@@ -277,11 +277,12 @@ def _end_unfinished_build(error: BaseException, path: Path, partial: Path,
     Raises:
         UserError: no room to write the cache (the disk, a quota), naming the folder kept.
     """
+    goes_on = ('the next build of this cache (the same data, model, ranks and batch size) '
+               'goes on from them')
     if not isinstance(error, Exception) or isinstance(error, RankStoppedError):
         if partial.is_dir():  # else it was renamed: a peer stopped after the cache was made
             print_log(f'{path}: stopped; the rows encoded so far are kept in {partial.name}, '
-                      'and the next build of this cache (the same data, model, ranks and batch '
-                      'size) goes on from them', logger='current', level=logging.WARNING)
+                      f'and {goes_on}', logger='current', level=logging.WARNING)
         return
     # Kept only while it records its build: else the next build would remove it.
     kept = _no_room(error) and records_build(partial, record)
@@ -290,8 +291,7 @@ def _end_unfinished_build(error: BaseException, path: Path, partial: Path,
     if _no_room(error):
         raise UserError(partial if kept else path, f'no room to write the feature cache ({error})',
                         'free space, or set cache_dir (or --work-dir) on a larger disk'
-                        + ('; the rows encoded so far are kept here, and the next build of this '
-                           'cache (the same data, model, ranks and batch size) goes on from them'
+                        + (f'; the rows encoded so far are kept here, and {goes_on}'
                            if kept else '')) from error
 
 
