@@ -577,3 +577,38 @@ def test_a_torchscript_record_longer_than_its_storage_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r'its record \S+/data/0 holds 20 bytes, not the 4 '
                                          r'torch\.float32 elements'):
         read_weights(path, 'CLIP checkpoint')
+
+
+def _rewrite_linear_code(path, change) -> None:
+    """Rewrite the code record declaring ``Linear`` in the archive ``path`` through
+    ``change(source)`` (``None`` leaves the record out). Its name varies: a class scripted
+    before in this process is saved mangled, ``.../linear/___torch_mangle_N.py``."""
+    def rewrite(name, data):
+        if not (name.endswith('.py') and b'class Linear(Module):' in data):
+            return data
+        return None if (source := change(data.decode())) is None else source.encode()
+    _rewrite(path, rewrite)
+
+
+@pytest.mark.parametrize('change, message', [
+    (lambda source: None,
+     r'its code/ declares no class __torch__\.torch\.nn\.modules\.linear\.[\w.]*Linear, which '
+     r'its data\.pkl holds \(0\.\)'),
+    (lambda source: source.replace('  __parameters__ = ["weight", "bias", ]\n', ''),
+     r'\S+/code/__torch__/torch/nn/modules/linear\S*\.py declares the module Linear without '
+     r'its __parameters__'),
+    (lambda source: source.replace('["weight", "bias", ]', '[0, 1, ]'),
+     r'\S+/code/__torch__/torch/nn/modules/linear\S*\.py declares __parameters__ that are '
+     r'not names'),
+], ids=['class-missing', 'parameters-missing', 'parameters-not-names'])
+def test_an_archive_whose_code_misdeclares_a_module_is_refused_naming_it(tmp_path, change,
+                                                                         message):
+    """The code/ records say which attributes of each module are weights: a module whose class
+    is missing, or declared without its list of parameters, would have its weights skipped
+    unseen, and a list of other than names would be looked up as something else."""
+    path = tmp_path / 'ViT-B-32.pt'
+    _jit_save(path, nn.Sequential(nn.Linear(2, 2)))
+    _rewrite_linear_code(path, change)
+    with pytest.raises(ValueError, match=rf'ViT-B-32\.pt \(\d+ bytes\) is not a readable CLIP '
+                                         rf'checkpoint: {message}'):
+        read_weights(path, 'CLIP checkpoint')
