@@ -472,3 +472,45 @@ def test_a_registry_looked_up_first_in_a_fresh_process_finds_its_types(registry,
         f'print({registry}.get({name!r}).__module__)')], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-1] == module
+
+
+def test_a_part_of_another_scope_inside_a_part_is_left_to_that_scope():
+    """Its type's name may be one of xmr's, yet it builds from the other package's registry:
+    xmr's ``check_config`` must not judge it any more than xmr's options do."""
+    def holds(parts=()):
+        """A model whose option holds parts."""
+
+    check_part_options(MODELS, dict(type=holds, parts=[
+        dict(type='StaticAdapter', _scope_='mmdet', sites='ml')]), 'model')
+    with pytest.raises(ValueError, match=r"sites='ml' must be a list of sites"):
+        check_part_options(MODELS, dict(type=holds, parts=[
+            dict(type='StaticAdapter', sites='ml')]), 'model')
+
+
+def test_a_part_inside_a_tuple_is_checked_as_one_inside_a_list():
+    """A Python config may hold its parts in a tuple (``adapters=(dict(...),)``)."""
+    def holds(parts=()):
+        """A model whose option holds parts."""
+
+    with pytest.raises(UnknownOptionError, match=r"^model\.parts\.0\.hiden: adapter "
+                                                 r"StaticAdapter: unknown option 'hiden'"):
+        check_part_options(MODELS, dict(type=holds, parts=(
+            dict(type='StaticAdapter', hiden=8),)), 'model')
+
+
+def test_an_option_dict_given_a_type_of_its_own_is_not_checked_as_its_owners_default():
+    """``inner=dict(type=...)`` is a part of its own kind, which the owner builds as it is: the
+    arguments the owner fills in for its default callable (``width``) are no concern of it."""
+    check_part_options(MODELS, dict(type=PassesOn, inner=dict(type=Sized, width=8)), 'model')
+
+
+def test_kinds_outside_sequences_are_read_from_the_outermost_brackets_in():
+    """A scalar inside an outer sequence's brackets, beside an inner sequence, is an item of
+    the sequence, not a kind the option takes alone: ``pairs=0.5`` is refused."""
+    def pairs(pairs: Sequence[tuple[str, int] | float] = ()) -> None:
+        """A list of pairs or numbers."""
+
+    with pytest.raises(ValueError, match=r'^model pairs: option pairs=0\.5 must be a list or '
+                                         r'tuple \(its default is'):
+        MODELS.check_options(dict(type=pairs, pairs=0.5))
+    MODELS.check_options(dict(type=pairs, pairs=[('a', 1), 0.5]))
