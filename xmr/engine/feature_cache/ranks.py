@@ -30,8 +30,9 @@ class RankStoppedError(RankFailedError):
     error: killed): the build is stopped, not failed, and its folder is kept for the next."""
 
 
-class _OtherRankFailed(Exception):
-    """Stops this rank's encoding when another rank's failure marker appears."""
+class OtherRankFailed(Exception):
+    """Stops this rank's encoding when another rank has failed or its process is gone
+    (:meth:`BuildStep.stop_if_another_failed`): no failure of this rank's own."""
 
 
 def rank_rows(count: int, batch_size: int, rank: int, world: int) -> range:
@@ -112,7 +113,7 @@ class BuildStep:
         the rows."""
         if self.watch is not None and self.watch.gone or self.markers is not None and any(
                 self.markers.glob(f'{FAILED_MARKER}*')):
-            raise _OtherRankFailed
+            raise OtherRankFailed
 
 
 class BuildRanks:
@@ -161,7 +162,7 @@ class BuildRanks:
         if self.group is None:
             step.results = [step.result]
             return
-        own = error is not None and not isinstance(error, _OtherRankFailed)
+        own = error is not None and not isinstance(error, OtherRankFailed)
         failure = f'{type(error).__name__}: {error}' if own else None
         stopped = own and not isinstance(error, Exception)
         # Only a speed-up: the exchange below tells every rank, once each has finished. None for

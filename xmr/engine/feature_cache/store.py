@@ -37,6 +37,7 @@ from xmr.engine.feature_cache.ranks import (
     FAILED_MARKER,
     BuildRanks,
     BuildStep,
+    OtherRankFailed,
     RankStoppedError,
     rank_rows,
 )
@@ -390,7 +391,9 @@ def _encode_rows(partial: Path, dataset: Dataset, model: torch.nn.Module, key: d
                     out, dataset, model, items[out.rows.start:out.rows.stop], num_workers, step,
                     progress)
     except BaseException as stop:
-        if not isinstance(stop, Exception):  # a stop (Ctrl-C, SIGTERM, exit), not a failure
+        # A stop (Ctrl-C, SIGTERM, exit; another rank's stop, or failure), not a failure of
+        # this rank's: a stopped build is kept, and the next goes on from the rows recorded.
+        if not isinstance(stop, Exception) or isinstance(stop, OtherRankFailed):
             progress.record_latest()
         raise
     finally:
