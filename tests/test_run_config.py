@@ -613,6 +613,7 @@ def test_a_misspelt_option_of_an_evaluators_metric_or_a_loaders_sampler_is_refus
      r"'optim_wrapper.clip_grad=dict\(max_norm=1.0\)': --cfg-options reads plain values"),
     ("optim_wrapper.clip_grad={'max_norm':1.0}", r'not dict\(...\), \{...\} or other calls'),
     ('custom_hooks=[dict(type=EarlyStoppingHook)]', r'not dict\(...\), \{...\} or other calls'),
+    ("model.x=({'a':1},2)", r'not dict\(...\), \{...\} or other calls'),  # inside a tuple
     ('train_cfg', r"argument --cfg-options: 'train_cfg' is no KEY=VALUE"),
     # An empty key was set, and the one line of its error was the whole config.
     ('=5', r"argument --cfg-options: '=5': its KEY has an empty part; write it as a.b.c"),
@@ -637,6 +638,9 @@ def test_a_config_option_mmengines_parser_cannot_read_is_refused_by_name(option,
     assert re.search(message, capsys.readouterr().err)
     assert parser.parse_args(['--cfg-options', 'a.b=[de,fr]', 'c=(1,2)']).cfg_options == {
         'a.b': ['de', 'fr'], 'c': (1, 2)}
+    # Spaces inside brackets are MMEngine's to drop (an item keeps none), beside a text's own.
+    assert parser.parse_args(['--cfg-options', 'a=[ de ]', 'b=( 1 )', 'c=a photo of']
+                             ).cfg_options == {'a': ['de'], 'b': (1,), 'c': 'a photo of'}
 
 
 def test_a_config_option_keeps_the_spaces_of_a_plain_value():
@@ -1051,3 +1055,162 @@ def test_an_option_setting_a_list_or_dict_variable_or_a_key_inside_one_is_refuse
         'langs': ['de', 'fr'], 'prefix.media': 'img', 'empty': ['x'],
         'run.languages': ['de'], 'run.data_prefix.media': 'images'})
     assert (cfg.empty, cfg.run.languages, cfg.run.data_prefix.media) == (['x'], ['de'], 'images')
+
+
+def test_custom_imports_given_as_one_name_import_that_module(tmp_path, monkeypatch):
+    """MMEngine takes ``imports='my_module'`` as a list of one; read letter by letter it would
+    import ``m``, ``y``, ..."""
+    (tmp_path / 'my_single_module.py').write_text('IMPORTED = True\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = ['{DEMO}']\n"
+                      "custom_imports = dict(imports='my_single_module', "
+                      'allow_failed_imports=False)\n')
+    try:
+        load_run_config(config, work_dir=str(tmp_path / 'work'))
+        assert sys.modules['my_single_module'].IMPORTED
+    finally:
+        sys.modules.pop('my_single_module', None)
+
+
+def test_a_list_overlaid_on_every_item_is_told_to_restate_or_index_one(tmp_path):
+    """``{'*': ...}`` is an ablation row's form for every item; the ways out name an index."""
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = ['{DEMO}']\ntrain_cfg = dict(phases={{'*': dict(lr=1e-4)}})\n")
+    with pytest.raises(UserError, match=(
+            f"^{child}: phases={{'\\*': ...}} overlays a list of its base by index, .* "
+            r"\(dict\(_base_.<...>.phases\[0\], lr=...\)\), or change one key with "
+            r"--cfg-options <...>.phases.0.lr=...$")):
+        load_run_config(child)
+
+
+def test_a_phase_naming_no_dataloader_of_the_config_is_refused_as_the_config_loads(tmp_path):
+    """The loop resolves it once the runner trains, after the work dir (its log folder and the
+    config's dump) is written."""
+    with pytest.raises(ValueError, match=(
+            "^phase cross_lingual: dataloader 'text_dataloder' is no dataloader of the config")):
+        load_run_config(DEMO, cfg_options={'train_cfg.phases.1.dataloader': 'text_dataloder'},
+                        work_dir=str(tmp_path / 'work'))
+    assert not (tmp_path / 'work').exists()
+
+
+def test_a_list_of_loaders_a_config_keeps_aside_has_its_options_checked():
+    """``test1k_fold_dataloaders`` (MSCOCO's five 1K folds) are built by the tools that read
+    them: a misspelt option failed there, naming no loader."""
+    from mmengine.config import Config
+
+    from xmr.run_config import check_run_values
+
+    with pytest.raises(UnknownOptionError, match=(
+            r"^test1k_fold_dataloaders\.1: unknown option 'batch_szie' \(did you mean "
+            r"'batch_size'\?\)")):
+        check_run_values(Config(dict(test1k_fold_dataloaders=[
+            dict(batch_size=2), dict(batch_szie=2)])))
+
+
+def test_an_annotation_file_that_is_a_folder_is_refused_as_missing(tmp_path):
+    """A folder (a data_root given twice, an ann_file naming the annotations folder) failed
+    only once the runner built the dataset."""
+    from mmengine.config import Config
+
+    from xmr.run_config import check_annotation_files
+
+    (tmp_path / 'annotations').mkdir()
+    cfg = Config(dict(train_dataloader=dict(dataset=dict(
+        type='RetrievalDataset', data_root=str(tmp_path), ann_file='annotations'))))
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"annotation file not found: {tmp_path / 'annotations'} "
+            '(train_dataloader.dataset.ann_file)')):
+        check_annotation_files(cfg, ['train'])
+
+
+def test_a_checkpoint_hook_left_counting_epochs_under_a_loop_of_iterations_is_refused():
+    """MMEngine's ``CheckpointHook`` counts epochs unless told otherwise: under a loop of
+    iterations it saved no checkpoint before the last."""
+    from mmengine.config import Config
+
+    from xmr.run_config import check_run_values
+
+    cfg = Config(dict(train_cfg=dict(type='IterBasedTrainLoop', max_iters=10),
+                      default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=5))))
+    with pytest.raises(ValueError, match=(
+            r'^default_hooks\.checkpoint\.by_epoch=True, but the train loop IterBasedTrainLoop '
+            'counts iterations')):
+        check_run_values(cfg)
+    cfg.default_hooks.checkpoint.by_epoch = False
+    check_run_values(cfg)
+
+
+def test_an_option_past_a_lists_end_is_refused_whatever_typo_comes_before_it():
+    """The typo's error waits for the config's checks; the index's is at once, and was never
+    reached once the walk stopped at the first typo."""
+    with pytest.raises(UserError, match=(
+            r'^--cfg-options train_cfg\.phases\.5\.iters: train_cfg\.phases holds 3 items')):
+        load_run_config(DEMO, cfg_options={'train_dataloder.batch_size': 2,
+                                           'train_cfg.phases.5.iters': 2})
+
+
+def test_short_and_private_top_level_variables_are_no_typos_of_the_runners_keys(tmp_path):
+    """``cg`` is one edit from the runner's ``cfg`` and ``_model`` from ``model``, but a key of
+    three characters or fewer is too short to be a typo, and a leading underscore marks a
+    variable of the config's own."""
+    config = tmp_path / 'child.py'
+    config.write_text(f"_base_ = ['{DEMO}']\ncg = 2\n_model = 'unused'\n")
+    cfg = load_run_config(config, work_dir=str(tmp_path / 'work'))
+    assert (cfg.cg, cfg._model) == (2, 'unused')
+    config.write_text(f"_base_ = ['{DEMO}']\nmodle = 'unused'\n")
+    with pytest.raises(UserError, match=r"the top-level key 'modle' .* \(did you mean 'model'"):
+        load_run_config(config, work_dir=str(tmp_path / 'work'))
+
+
+def test_a_long_variable_is_shown_cut_in_the_refusal_of_an_option_setting_it(tmp_path):
+    """A variable may hold a whole list of languages: its value is shown to 60 characters."""
+    base = tmp_path / 'base.py'
+    languages = ['de', 'fr', 'cs', 'zh', 'ja', 'ko', 'ru', 'pl', 'tr', 'it', 'es', 'en', 'vi']
+    base.write_text(f"_base_ = ['{DEMO}']\nlangs = {languages!r}\n"
+                    'test_dataloader = dict(dataset=dict(languages=langs))\n')
+    with pytest.raises(UserError, match=re.escape(
+            f'--cfg-options langs: langs is a variable of the config, whose value '
+            f'{repr(languages)[:57]}... was copied where the config uses it as it loaded '
+            '(test_dataloader.dataset.languages)')):
+        load_run_config(base, cfg_options={'langs': ['de']})
+
+
+def test_options_are_nested_by_key_parts_not_by_their_letters(tmp_path):
+    """``interval`` and ``interval_exp_name`` are two keys of MMEngine's logger hook; neither
+    sets a key inside the other."""
+    cfg = load_run_config(DEMO, cfg_options={'default_hooks.logger.interval': 10,
+                                             'default_hooks.logger.interval_exp_name': 100},
+                          work_dir=str(tmp_path / 'work'))
+    assert (cfg.default_hooks.logger.interval, cfg.default_hooks.logger.interval_exp_name) == (
+        10, 100)
+    with pytest.raises(UserError, match=(
+            r'^--cfg-options default_hooks\.logger: sets default_hooks\.logger to None, and '
+            r'default_hooks\.logger\.interval sets a key inside it: give one of the two')):
+        load_run_config(DEMO, cfg_options={'default_hooks.logger': None,
+                                           'default_hooks.logger.interval': 10})
+
+
+def test_a_new_top_level_dict_is_taken_as_a_loader_a_phase_may_name(tmp_path):
+    """Unlike a new value, which nothing reads: a phase may name the loader by its key, from
+    the API's options or a script's later ones."""
+    cfg = load_run_config(DEMO, cfg_options={'caption_loader': dict(batch_size=2)},
+                          work_dir=str(tmp_path / 'work'))
+    assert cfg.caption_loader == dict(batch_size=2)
+    with pytest.raises(UserError, match=r"^--cfg-options caption_size: the config has no "
+                                        r"top-level key 'caption_size', so nothing reads"):
+        load_run_config(DEMO, cfg_options={'caption_size': 2})
+
+
+def test_the_optimisers_rate_is_an_option_of_a_loop_that_reads_it(tmp_path):
+    """Only the phased loop sets every group's rate from its phase and never reads the
+    optimiser's."""
+    config = tmp_path / 'iterations.py'
+    config.write_text(f"_base_ = ['{DEMO}']\n"
+                      "train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=4)\n")
+    cfg = load_run_config(config, cfg_options={'optim_wrapper.optimizer.lr': 0.5},
+                          work_dir=str(tmp_path / 'work'))
+    assert cfg.optim_wrapper.optimizer.lr == 0.5
+    with pytest.raises(UserError, match=r'^--cfg-options optim_wrapper\.optimizer\.lr: '
+                                        "PhasedTrainLoop sets every group's learning rate"):
+        load_run_config(DEMO, cfg_options={'optim_wrapper.optimizer.lr': 0.5})
