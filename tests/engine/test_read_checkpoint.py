@@ -13,15 +13,20 @@ from mmengine.logging import HistoryBuffer
 from tests.zip_records import damage_record
 from xmr.engine.checkpoint import (
     CHECKPOINT_FIX,
+    FACTS,
     CheckpointReadError,
     check_checkpoint,
     check_given_checkpoint,
+    check_resumable,
     foreign_checkpoint_fix,
     keys_of_another_model,
+    meta_records,
     read_checkpoint,
+    refuse_unresumable,
     save_model_checkpoint,
     state_dict_mismatches,
 )
+from xmr.utils.cli import UserError
 from xmr.version import provenance
 
 
@@ -330,3 +335,129 @@ def test_a_torchscript_archive_given_as_a_checkpoint_is_named_and_sent_to_the_ba
                                                   'load_from=None'):
         check_given_checkpoint(path, 'load_from', f'{CHECKPOINT_FIX}, or load_from=None')
     check_checkpoint(path)  # the converters read such archives on purpose
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64', 'int8', 'int16', 'int32',
+                                   'int64', 'uint8', 'uint32', 'uint64', 'bool'])
+def test_a_numpy_array_of_each_allowed_dtype_loads(tmp_path, dtype):
+    """Logged values and RNG states are numpy arrays of these dtypes (a flag array is bool,
+    numpy's MT19937 key uint32): each must pass the weights-only load, values intact."""
+    import numpy as np
+
+    values = np.array([1, 0, 1], dtype=dtype)
+    torch.save({'message_hub': {'values': values}}, tmp_path / 'run.pth')
+    loaded = read_checkpoint(tmp_path / 'run.pth')['message_hub']['values']
+    assert loaded.dtype == np.dtype(dtype) and loaded.tolist() == values.tolist()
+
+
+def test_state_dict_mismatches_lists_as_many_keys_as_shown_and_never_the_facts_shapes():
+    """The facts' length is their JSON's, compared by value elsewhere: facts of another length
+    are no shape mismatch. ``shown`` bounds the keys listed, not the count."""
+    model = {FACTS: torch.zeros(10), 'a': torch.zeros(2), 'b': torch.zeros(2),
+             'c': torch.zeros(2)}
+    loaded = {FACTS: torch.zeros(12), 'a': torch.zeros(2)}
+    assert state_dict_mismatches(model, loaded) == ['2 keys missing from the checkpoint: b, c']
+    assert state_dict_mismatches(model, {FACTS: torch.zeros(12)}, shown=1) == [
+        '3 keys missing from the checkpoint: a and 2 more']
+
+
+def test_a_checkpoint_written_from_a_copied_meta_records_the_xmr_writing_it(tmp_path):
+    """A conversion copies the source's meta, which may name the xmr that wrote the source:
+    the file records the running xmr, as training's checkpoints do (meta.update)."""
+    stale = {key: f'old-{key}' for key in provenance()}
+    save_model_checkpoint(tmp_path / 'x.pth', {'w': torch.arange(3)},
+                          {'method': 'dasd', **stale})
+    assert read_checkpoint(tmp_path / 'x.pth')['meta'] == {'method': 'dasd', **provenance()}
+
+
+def test_a_file_of_a_weight_whose_name_only_ends_like_the_model_s_is_no_backbone_part():
+    """``scale`` is no module's own name for ``backbone.clip.logit_scale`` (the name parts
+    differ): the file goes through training, not to the backbone as ``backbone.clip.logit_``."""
+    model = ['backbone.clip.logit_scale', 'backbone.clip.w', 'head.w']
+    fix = foreign_checkpoint_fix('ft.pt', {'scale': 0}, model)
+    assert 'tools/train.py wrote' in fix and 'pretrained=' not in fix
+
+
+def test_a_truncated_legacy_pickle_is_named_corrupt(tmp_path):
+    """A legacy file cut short in its header: torch raises a bare EOFError, reported by its
+    name as a truncated file."""
+    path = tmp_path / 'cut.pth'
+    torch.save({'state_dict': {'w': torch.zeros(10)}}, path,
+               _use_new_zipfile_serialization=False)
+    path.write_bytes(path.read_bytes()[:10])
+    with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint '
+                                                  r'\(EOFError\): copy it again'):
+        read_checkpoint(path)
+
+
+def test_a_legacy_pickle_s_refused_objects_are_named_by_module_and_name(tmp_path):
+    """A legacy file is refused by torch.load itself, whose error names the global: a dotted
+    name whole (argparse.Namespace), a builtin qualified (getattr, which MMEngine's logged
+    buffers unpickle through, gets the advice for old xmr checkpoints)."""
+    foreign, old = tmp_path / 'foreign.pth', tmp_path / 'old.pth'
+    torch.save({'args': argparse.Namespace(lr=0.1)}, foreign,
+               _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointReadError, match=f'{foreign}: not an xmr checkpoint: it pickles '
+                                                  'argparse.Namespace that a weights-only'):
+        read_checkpoint(foreign)
+    torch.save({'buffer': HistoryBuffer([0.5], [1])}, old, _use_new_zipfile_serialization=False)
+    with torch.serialization.safe_globals([HistoryBuffer]), pytest.raises(
+            CheckpointReadError, match=rf'{old}: checkpoint pickles objects .*'
+            r'\(builtins\.getattr\); it was probably written before xmr stored its logs'):
+        read_checkpoint(old)
+
+
+def test_a_damaged_pickle_under_good_crcs_is_named_corrupt_by_the_check(tmp_path):
+    """A data.pkl whose bytes are no pickle, written with matching CRC-32s: the check of its
+    pickled names reports the file corrupt instead of raising the unpickler's error."""
+    path = tmp_path / 'bad.pth'
+    with zipfile.ZipFile(path, 'w') as archive:
+        archive.writestr('bad/data.pkl', b'\x80\x02garbage')
+        archive.writestr('bad/version', b'3\n')
+    with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint'):
+        check_checkpoint(path)
+
+
+def test_a_missing_given_checkpoint_is_refused_naming_where_it_was_given(tmp_path):
+    with pytest.raises(UserError, match=f'{tmp_path / "x.pth"} \\(--resume\\): no such file'):
+        check_given_checkpoint(tmp_path / 'x.pth', '--resume')
+
+
+RESUMABLE = {'state_dict': {'w': torch.zeros(1)}, 'message_hub': {},
+             'meta': {'epoch': 0, 'iter': 4}}
+
+
+@pytest.mark.parametrize('checkpoint, lacks', [
+    ({key: value for key, value in RESUMABLE.items() if key != 'message_hub'}, 'message_hub'),
+    ({**RESUMABLE, 'meta': {'iter': 4}}, 'meta.epoch'),
+    ({**RESUMABLE, 'meta': {'epoch': 0}}, 'meta.iter'),
+    ({key: value for key, value in RESUMABLE.items() if key != 'meta'}, 'meta.epoch, meta.iter'),
+    ({'w': torch.zeros(1)}, 'state_dict, message_hub, meta.epoch, meta.iter'),  # bare weights
+])
+def test_a_checkpoint_lacking_any_entry_a_resume_reads_is_refused_naming_it(checkpoint, lacks):
+    """MMEngine's resume reads the state dict, the message hub and meta's epoch and iter."""
+    with pytest.raises(CheckpointReadError, match=f'^x.pth: not a checkpoint to resume from: it '
+                                                  f'has no {lacks}, which'):
+        refuse_unresumable(checkpoint, 'x.pth')
+    refuse_unresumable(RESUMABLE, 'x.pth')
+
+
+def test_check_resumable_reads_a_legacy_pickle_and_refuses_weights_alone(tmp_path):
+    """torch maps zip archives alone: a legacy file is read whole."""
+    torch.save(RESUMABLE, tmp_path / 'run.pth', _use_new_zipfile_serialization=False)
+    check_resumable(tmp_path / 'run.pth')
+    torch.save({'state_dict': {'w': torch.zeros(1)}}, tmp_path / 'weights.pth',
+               _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointReadError, match='weights.pth: not a checkpoint to resume from'):
+        check_resumable(tmp_path / 'weights.pth')
+
+
+def test_meta_records_only_the_key_of_a_readable_checkpoint(tmp_path):
+    """A tool's earlier output records its key in meta; another checkpoint, a missing file or a
+    folder is none (no error: the tool then refuses to overwrite it)."""
+    save_model_checkpoint(tmp_path / 'merged.pth', {'w': torch.zeros(1)},
+                          {'language_modules': ['de']})
+    assert meta_records(tmp_path / 'merged.pth', 'language_modules')
+    assert not meta_records(tmp_path / 'merged.pth', 'converted_from')
+    assert not meta_records(tmp_path / 'missing.pth', 'language_modules')
+    assert not meta_records(tmp_path, 'language_modules')
