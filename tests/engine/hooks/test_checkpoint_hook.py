@@ -680,3 +680,148 @@ def test_a_run_resumed_from_an_interim_checkpoint_replaces_it_with_its_next(tmp_
     resumed.train_loop._iter = 7
     hook._save_checkpoint(resumed)
     assert saved_iterations(tmp_path) == [8]
+
+
+def test_a_run_without_param_schedulers_saves_none(tmp_path):
+    """PhasedTrainLoop sets the rates itself: MMEngine would warn at every save that there is
+    no scheduler to save."""
+    runner, hook = runner_with_hook(tmp_path)
+    assert runner.param_schedulers is None
+    assert hook.save_param_scheduler is False
+
+
+def test_a_load_from_takes_weights_saved_with_the_ddp_module_prefix(tmp_path, monkeypatch):
+    """Every weight fits once DDP's prefix is stripped: nothing is logged as left as built, and
+    the facts under the prefix are still compared."""
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = False, 'ddp.pth'
+    warnings = []
+    monkeypatch.setattr(runner.logger, 'warning', warnings.append)
+    hook.after_load_checkpoint(runner, dict(state_dict={
+        f'module.{key}': value for key, value in runner.model.state_dict().items()}))
+    assert warnings == []
+    other = MODELS.build(tiny_retriever_cfg(language_branch=tiny_branch_cfg(('de', 'zh', 'ja'))))
+    with pytest.raises(ValueError, match=r'^load_from=ddp.pth: checkpoint does not match the '
+                                         r'config: languages'):
+        hook.after_load_checkpoint(runner, dict(state_dict={
+            f'module.{key}': value for key, value in other.state_dict().items()}))
+
+
+def test_a_load_from_whose_state_dict_is_no_mapping_is_left_to_mmengine(tmp_path):
+    """MMEngine's own error names what it holds; the hook's checks must not fail first."""
+    runner, hook = runner_with_hook(tmp_path)
+    runner._resume, runner._load_from = False, 'list.pth'
+    hook.after_load_checkpoint(runner, dict(state_dict=[torch.zeros(1)]))
+
+
+def test_pending_gradients_are_gathered_only_for_a_checkpoint_that_saves_the_optimiser(
+        tmp_path):
+    """The gathered gradients go into the optimiser's state: without it there is nothing to
+    gather them for."""
+    for save_optimizer, expected in ((False, 0), (True, 1)):
+        runner, hook = runner_with_hook(tmp_path / str(save_optimizer),
+                                        save_optimizer=save_optimizer)
+        gathered = []
+        runner.optim_wrapper.gather_pending_grads = lambda gathered=gathered: gathered.append(1)
+        runner.train_loop._iter = 3
+        hook._save_checkpoint(runner)
+        assert len(gathered) == expected
+
+
+def test_a_step_saved_twice_is_kept_once_whatever_the_number_kept(tmp_path):
+    """Counted twice, it would take the place of another periodic checkpoint."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=3)
+    runner.train_loop._iter = 3
+    hook._save_checkpoint(runner)
+    hook._save_checkpoint(runner)
+    assert list(hook.keep_ckpt_ids) == [4]
+    assert runner.message_hub.get_info('keep_ckpt_ids') == [4]
+
+
+def test_a_periodic_checkpoint_ends_the_interim_one_in_place(tmp_path):
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=2)
+    runner.train_loop._iter = 5
+    hook.save_interim_checkpoint(runner, 6)
+    assert hook.interim_step == 6
+    runner.train_loop._iter = 7
+    hook._save_checkpoint(runner)
+    assert saved_iterations(tmp_path) == [8]
+    assert hook.interim_step is None
+    assert runner.message_hub.get_info(checkpoint_hook.INTERIM_KEY) is None
+
+
+def test_an_interim_checkpoint_records_the_iterations_done_for_the_resume(tmp_path):
+    """In after_train_iter the loop has not counted the iteration yet (runner.iter 6, 7 done):
+    MMEngine's resume sets the loop's iteration from meta, which must say 7."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=2)
+    runner.train_loop._iter = 6
+    hook.save_interim_checkpoint(runner, 7)
+    allow_mmengine_checkpoint_types()
+    saved = torch.load(tmp_path / 'iter_7.pth', map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == 7
+
+
+def test_a_best_that_fails_to_write_leaves_the_next_periodic_checkpoint_periodic(
+        tmp_path, monkeypatch):
+    """The best is saved as an interim checkpoint: its failure must not leave the hook saving
+    the periodic ones as interim (kept until the next, counted towards no max_keep_ckpts)."""
+    runner, hook = runner_with_hook(tmp_path, max_keep_ckpts=2, save_best='mAR', rule='greater')
+    runner.train_loop._iter = 5
+    with monkeypatch.context() as patch:
+        fail_fsync_with_enospc(patch)
+        with pytest.raises(OSError, match='writing failed'):
+            hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    runner.train_loop._iter = 7
+    hook._save_checkpoint(runner)
+    assert list(hook.keep_ckpt_ids) == [8] and hook.interim_step is None
+
+
+def test_the_earlier_run_s_best_stays_while_this_run_s_fails_to_write(tmp_path, monkeypatch):
+    torch.save({'state_dict': {}}, tmp_path / 'best_mAR_iter_300.pth')
+    runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater',
+                                    earlier_best=['best_mAR_iter_300.pth'])
+    runner.train_loop._iter = 100
+    with monkeypatch.context() as patch:
+        fail_fsync_with_enospc(patch)
+        with pytest.raises(OSError, match='writing failed'):
+            hook._save_best_checkpoint(runner, {'mAR': 1.0})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == ['best_mAR_iter_300.pth']
+    hook._save_best_checkpoint(runner, {'mAR': 2.0})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == ['best_mAR_iter_100.pth']
+
+
+def test_a_new_best_replaces_the_earlier_best_of_its_own_key_alone_once(tmp_path, monkeypatch):
+    """R1's file name begins as R10's does but for the separator: R10's earlier best stays.
+    The earlier best is replaced, and said so, once."""
+    for name in ('best_R1_iter_300.pth', 'best_R10_iter_300.pth'):
+        torch.save({'state_dict': {}}, tmp_path / name)
+    runner, hook = runner_with_hook(
+        tmp_path, save_best=['R1', 'R10'], rule=['greater'] * 2,
+        earlier_best=['best_R1_iter_300.pth', 'best_R10_iter_300.pth'])
+    said = []
+    monkeypatch.setattr(runner.logger, 'info', said.append)
+    for done, score in ((100, 1.0), (200, 2.0)):
+        runner.train_loop._iter = done
+        hook._save_best_checkpoint(runner, {'R1': score, 'R10': float('nan')})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == [
+        'best_R10_iter_300.pth', 'best_R1_iter_200.pth']
+    assert len([line for line in said if 'best_R1_iter_300.pth, the best' in line]) == 1
+
+
+def test_a_validation_of_eight_metrics_is_listed_whole():
+    """More than eight are cut to eight and counted; eight are all shown."""
+    metrics = [f'm{index}' for index in range(8)]
+    with pytest.raises(KeyError) as refused:
+        checkpoint_hook.check_metric_names([('save_best', 'x')], metrics)
+    assert str(refused.value).endswith(f"it reported {', '.join(metrics)}: name one of them")
+    with pytest.raises(KeyError, match=r'm7, \.\.\. \(9 in all\): name one'):
+        checkpoint_hook.check_metric_names([('save_best', 'x')], [*metrics, 'm8'])
+
+
+def test_a_model_without_facts_takes_a_checkpoint_with_them():
+    """Only a retriever records facts to compare; any other model leaves them to the
+    weights' check."""
+    from xmr.engine.checkpoint import FACTS
+
+    checkpoint_hook.refuse_other_facts(torch.nn.Linear(2, 2), {FACTS: torch.zeros(3)},
+                                       'load_from=x.pth', 'fix')
