@@ -97,8 +97,19 @@ def test_vit_tokens_are_cls_then_patches_and_cls_is_the_embedding(backbone):
         out = backbone.encode_image_tokens(images)
         torch.testing.assert_close(backbone.encode_image(images), expected)
     assert out.tokens.shape == (2, 1 + 16, 16) and out.mask.all()
+    # A boolean mask, as every tower's: a float one of ones would read as attention biases.
+    assert out.mask.dtype == torch.bool
     torch.testing.assert_close(out.pooled, expected)
     torch.testing.assert_close(out.tokens[:, 0], expected)
+
+
+def test_the_projections_are_laps_linear_maps_with_their_biases(backbone):
+    """LAPS's ``vision_proj`` and ``text_proj`` are ``nn.Linear(width, E)``: a checkpoint of
+    theirs holds both biases, which a map without one would refuse to load."""
+    shapes = {key: tuple(value.shape) for key, value in backbone.state_dict().items()
+              if key.startswith(('vision_proj.', 'text_tower.text_proj.'))}
+    assert shapes == {'vision_proj.weight': (16, 32), 'vision_proj.bias': (16,),
+                      'text_tower.text_proj.weight': (16, 32), 'text_tower.text_proj.bias': (16,)}
 
 
 def test_swin_tokens_are_the_final_patches_averaging_to_the_embedding():
@@ -158,6 +169,40 @@ def test_vision_weights_load_from_a_local_file_or_folder(tmp_path, saved):
     backbone = MODELS.build(tiny_cfg(vision_pretrained=saved(source.state_dict(), tmp_path)))
     for name, tensor in source.state_dict().items():
         assert torch.equal(backbone.vision.state_dict()[name], tensor), name
+
+
+def test_a_vision_file_loaded_is_not_kept_a_second_time_in_the_models_record(tmp_path):
+    """timm's record of the model held the whole state dict it was given: a ViT-B's 330 MB
+    twice in memory, and in every copy of the model."""
+    source = timm.create_model('vit_base_patch16_224', num_classes=0, **TINY_VIT)
+    backbone = MODELS.build(tiny_cfg(vision_pretrained=_saved_as_a_file(source.state_dict(),
+                                                                         tmp_path)))
+    assert 'state_dict' not in backbone.vision.pretrained_cfg
+
+
+def test_a_text_folder_without_weights_gets_the_libraries_own_error_not_a_fetch_hint(
+        tmp_path):
+    """A local folder is no download: its error is the folder's (no weight file), not advice
+    to download a hub repository."""
+    BertConfig(**TINY_BERT).save_pretrained(tmp_path / 'bert')
+    with pytest.raises(OSError) as raised:
+        MODELS.build(tiny_cfg(text=str(tmp_path / 'bert'), text_cfg=None))
+    assert str(tmp_path / 'bert') in str(raised.value)
+    assert 'could not be fetched' not in str(raised.value)
+
+
+def test_the_weights_timms_record_names_are_told_by_where_they_lie():
+    """A hub record is named by its repository, a record without one by its URL, and a file
+    overlaid on the record by the file."""
+    from xmr.models.backbones.vit_bert import _record_source
+
+    name = 'vit_base_patch16_224.augreg2_in21k_ft_in1k'
+    hub = timm.models.get_pretrained_cfg(name).hf_hub_id
+    assert hub and _record_source(name, {}) == f'hf-hub:{hub}'
+    assert _record_source(name, dict(pretrained_cfg_overlay=dict(file='/w/vit.pth'))) == \
+        'file /w/vit.pth'
+    assert _record_source(name, dict(pretrained_cfg_overlay=dict(hf_hub_id=None, url='u'))) \
+        == 'u'
 
 
 def test_a_missing_vision_file_is_named(tmp_path):
