@@ -15,12 +15,22 @@ from mmengine.config import Config
 from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
+from torch.utils.data import DataLoader
 
 from tests.conftest import tiny_retriever_cfg
 from tests.engine.test_distributed import free_port
 from xmr.datasets import Annotation, MediaRecord, dump_annotation
+from xmr.engine import eval_loops
 from xmr.engine.distributed import setup_cpu_distributed
-from xmr.engine.eval_loops import combined_mean_ar, expected_metric_keys
+from xmr.engine.eval_loops import (
+    MultiDatasetTestLoop,
+    MultiDatasetValLoop,
+    check_media_exist,
+    combined_mean_ar,
+    expected_metric_keys,
+    workers_ending,
+)
+from xmr.engine.worker_signals import IgnoringWorkerInit, end_workers
 from xmr.engine.worker_tokens import TokenizingCollate
 from xmr.evaluation import RetrievalMetric
 from xmr.evaluation.metrics import retrieval
@@ -521,3 +531,157 @@ def test_a_test_run_names_every_missing_and_damaged_video_before_embedding_any(
         f'{tmp_path / "gone.mp4"}: check data_root and data_prefix; 1 of its 3 videos cannot be '
         f'read whole:\n  {tmp_path / "empty.mp4"}: the file is empty (0 bytes)\nreplace them, '
         "or set on_corrupt='skip' to leave them out")
+
+
+class FakeRunner(SimpleNamespace):
+    """What the loops read of a runner: its seed and randomness, a loader builder that records
+    the seeds it is given, a model that tokenises and tells which step ran, and the hooks."""
+
+    def __init__(self, **randomness) -> None:
+        super().__init__(seed=7, _randomness_cfg=randomness, built=[], hooks_called=[],
+                         steps=[], visualizer=SimpleNamespace())
+        self.model = SimpleNamespace(
+            data_preprocessor=SimpleNamespace(tokenize=lambda texts: texts),
+            eval=lambda: None,
+            val_step=lambda batch: self.steps.append(('val', batch.tolist())) or ['v'],
+            test_step=lambda batch: self.steps.append(('test', batch.tolist())) or ['t'])
+
+    def build_dataloader(self, cfg, seed, diff_rank_seed):
+        self.built.append((seed, diff_rank_seed))
+        return DataLoader(range(2), num_workers=cfg.get('num_workers', 0))
+
+    def call_hook(self, name, **kwargs) -> None:
+        self.hooks_called.append(f"{name} {kwargs['batch_idx']}" if 'batch_idx' in kwargs
+                                 else name)
+
+
+class FakeEvaluator(SimpleNamespace):
+    """An evaluator of one prefixed metric that records what it is handed."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(metrics=[SimpleNamespace(prefix=prefix)], processed=[])
+
+    def process(self, data_samples, data_batch) -> None:
+        self.processed.append((data_samples, data_batch))
+
+    def evaluate(self, size: int) -> dict:
+        return {f'{self.metrics[0].prefix}/size': size}
+
+
+@pytest.mark.parametrize('dataloader, evaluator, error, message', [
+    ([], [], ValueError, r'MultiDatasetValLoop: val_dataloader is an empty list'),
+    (DataLoader(range(2)), [FakeEvaluator('a')], TypeError,
+     'takes a list of dataloaders as val_dataloader, got DataLoader'),
+    ([DataLoader(range(2)), DataLoader(range(2))], 'ab', TypeError,
+     r'takes a list of evaluators as val_evaluator \(one per dataloader\), got str'),
+])
+def test_what_is_no_pair_of_lists_is_refused_before_any_loader_is_built(
+        dataloader, evaluator, error, message):
+    """An empty list, one loader object, or a string of evaluator names: each named as the
+    fault it is, not met later as a length mismatch or a string's characters."""
+    runner = FakeRunner()
+    with pytest.raises(error, match=message):
+        MultiDatasetValLoop(runner, dataloader, evaluator)
+    assert runner.built == []
+
+
+def test_the_loaders_are_built_with_the_runs_seed_per_rank_and_every_one_tokenises():
+    """``randomness.diff_rank_seed`` reaches every loader built from a config, as MMEngine's
+    one-dataset loops pass it; and the workers of every loader tokenise, not the first's
+    alone."""
+    runner = FakeRunner(diff_rank_seed=True)
+    loop = MultiDatasetValLoop(runner, [dict(num_workers=2), dict(num_workers=2)],
+                               [FakeEvaluator('a'), FakeEvaluator('b')])
+    assert runner.built == [(7, True), (7, True)]
+    assert [isinstance(loader.collate_fn, TokenizingCollate) for loader in loop.dataloaders] == [
+        True, True]
+    default = FakeRunner()  # the default: one seed for every rank
+    MultiDatasetValLoop(default, [dict()], [FakeEvaluator('a')])
+    assert default.built == [(7, False)]
+
+
+def test_a_prefix_shared_by_two_later_datasets_names_both_of_them():
+    """The owner of a prefix is the first dataset whose metric has it, whichever it is."""
+    loaders = [DataLoader(range(2)) for _ in range(3)]
+    with pytest.raises(ValueError, match=r"val_evaluator\[2\] \(range\) and val_evaluator\[1\] "
+                                         r"share the prefix 'b'"):
+        MultiDatasetValLoop(FakeRunner(), loaders,
+                            [FakeEvaluator('a'), FakeEvaluator('b'), FakeEvaluator('b')])
+
+
+def test_a_test_over_two_loaders_runs_the_test_hooks_and_step_in_order():
+    """Every batch goes through the model's ``test_step`` (not ``val_step``) between its test
+    hooks, numbered across the loaders; each evaluator is handed its dataset's size; the run
+    ends with ``after_test``, which MMEngine's hooks (the logger's) end the test on."""
+    runner = FakeRunner()
+    evaluators = [FakeEvaluator('a'), FakeEvaluator('b')]
+    loop = MultiDatasetTestLoop(runner, [DataLoader(range(3), batch_size=2),
+                                         DataLoader(range(3, 4), batch_size=2)], evaluators)
+    assert loop.run() == {'a/size': 3, 'b/size': 1}
+    assert runner.steps == [('test', [0, 1]), ('test', [2]), ('test', [3])]
+    assert runner.hooks_called == [
+        'before_test', 'before_test_epoch', 'before_test_iter 0', 'after_test_iter 0',
+        'before_test_iter 1', 'after_test_iter 1', 'before_test_iter 2', 'after_test_iter 2',
+        'after_test_epoch', 'after_test']
+    assert [len(evaluator.processed) for evaluator in evaluators] == [2, 1]
+
+
+def test_a_batch_that_kept_no_item_reaches_the_metric_and_both_hooks_of_a_one_dataset_loop():
+    """``CorruptMediaHook`` counts skipped media in ``after_test_iter``: a batch of skipped
+    media alone skips the model, not that hook."""
+    runner = FakeRunner()
+    evaluator = FakeEvaluator('a')
+    loop = eval_loops.TestLoop(runner, DataLoader(range(2)), evaluator)
+    batch = dict(batch_size=0, skipped_media=['x.jpg'])
+    loop.run_iter(5, batch)
+    assert runner.steps == []
+    assert evaluator.processed == [([], batch)]
+    assert runner.hooks_called == ['before_test_iter 5', 'after_test_iter 5']
+
+
+def test_a_test_blocks_workers_ignore_the_stop_signals_and_end_even_when_the_block_fails():
+    """A test stopped by an error (or the signal the workers ignore) still ends its loader's
+    persistent workers: left running, each kept its ``pymp-*`` folder."""
+    loader = DataLoader(range(4), batch_size=2, num_workers=1, persistent_workers=True)
+    try:
+        with pytest.raises(RuntimeError, match='stopped'):
+            with workers_ending([loader]):
+                assert isinstance(loader.worker_init_fn, IgnoringWorkerInit)
+                next(iter(loader))
+                assert loader._iterator is not None
+                raise RuntimeError('stopped')
+        assert loader._iterator is None
+    finally:
+        end_workers(loader)  # a worker ignoring SIGTERM left running holds pytest's exit
+
+
+def test_media_are_checked_once_per_dataset_however_many_loaders_share_it():
+    class Checked:
+        def __init__(self) -> None:
+            self.checks = 0
+
+        def check_media_exist(self) -> None:
+            self.checks += 1
+
+    shared, other = Checked(), Checked()
+    check_media_exist([shared, other, shared, object()])
+    assert (shared.checks, other.checks) == (1, 1)
+
+
+def test_a_loop_expects_its_summary_key_whichever_of_its_metrics_averages_ar():
+    """The metric that reports AR may come first, before one that reports none."""
+    german = RetrievalMetric(recall_ks=(1,), languages=['de'], prefix='c')
+    english = RetrievalMetric(recall_ks=(1,), directions=('t2i',), languages=['en'], prefix='a')
+    loop = SimpleNamespace(dataloaders=[object(), object()], summary_key='mean_ar',
+                           evaluators=[SimpleNamespace(metrics=[german]),
+                                       SimpleNamespace(metrics=[english])])
+    assert 'mean_ar' in expected_metric_keys(loop)
+
+
+def test_the_combined_mean_ar_leaves_out_the_ar_keys_of_another_metric_type():
+    """Only a RetrievalMetric tells which of its languages are averaged: another metric's
+    ``<prefix>/<lang>/AR`` keys are no language of the table."""
+    multi30k = Evaluator([RetrievalMetric(prefix='multi30k')])
+    other = Evaluator([ItemCount(prefix='other')])
+    results = [{'multi30k/de/AR': 50.0}, {'other/de/AR': 10.0}]
+    assert combined_mean_ar([multi30k, other], results) == pytest.approx(50)
