@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation
 from xmr.datasets.base import MediaDataset
-from xmr.datasets.concat import ConcatDataset
+from xmr.datasets.concat import ConcatDataset, annotation_files
 from xmr.datasets.corrupt_policy import SkippedMedia
 from xmr.datasets.held_out import check_held_out, media_files
 from xmr.datasets.language_batch_sampler import LanguageBatchSampler
@@ -36,6 +36,8 @@ class Drawn(MediaDataset):
         return self.size
 
     def __getitem__(self, index: int):
+        if not 0 <= index < self.size:
+            raise IndexError(index)
         if index == self.skipped:
             return SkippedMedia(int(index), 'x.jpg', 'empty')
         return dict(media=torch.rand(2) if self.with_media else None, index=int(index))
@@ -188,6 +190,7 @@ def test_item_languages_only_where_every_child_tells_them():
 
 @pytest.mark.parametrize('datasets, error, message', [
     ([], ValueError, 'non-empty list'),
+    ('ab', ValueError, 'non-empty list'),  # a name, not a list of datasets
     (dict(type='SyntheticPairDataset'), ValueError, 'non-empty list'),
     ([pairs(['de']), [1, 2]], TypeError, r'datasets\[1\] must be a dataset .* got list'),
 ])
@@ -332,3 +335,133 @@ def test_synthetic_galleries_of_one_split_and_seed_are_refused():
     other_seed = ConcatDataset([SyntheticRetrievalDataset(3, ['de']),
                                 SyntheticRetrievalDataset(2, ['fr'], seed=1)])
     assert len(set(other_seed.media_ids())) == 5
+
+
+class Told(Drawn):
+    """Items of the given language codes, with ``media_ids()`` where ``ids`` are given and
+    the given ``languages`` attribute and ``metainfo``."""
+
+    def __init__(self, codes, languages=None, metainfo=None, ids=None) -> None:
+        super().__init__(len(codes))
+        self.codes, self.metainfo, self.ids = codes, metainfo or {}, ids
+        if languages is not None:
+            self.languages = languages
+        if ids is not None:
+            self.media_ids = lambda: list(self.ids)
+
+    def item_languages(self) -> np.ndarray:
+        return np.asarray(self.codes)
+
+
+def test_source_captions_keep_minus_one_and_languages_may_come_from_metainfo_alone():
+    """-1 (a source caption) is no position in any child's languages: it stays -1 rather than
+    naming a child's last language; a child naming its languages in ``metainfo`` alone is
+    read by them."""
+    whole = ConcatDataset([Told([-1, 0, -1], languages=['de']),
+                           Told([0, 0], metainfo={'languages': ['ja']})])
+    assert whole.languages == ['de', 'ja']
+    assert whole.item_languages().tolist() == [-1, 0, -1, 1, 1]
+
+
+def test_the_english_pairs_of_each_child_are_a_group_of_their_own():
+    """Two children of English pairs (``languages=[]``): one group each, past the languages,
+    so a language batch never mixes the two children's unnamed codes."""
+    whole = ConcatDataset([pairs(['de'], num_scenes=1), pairs([], num_scenes=1),
+                           pairs([], num_scenes=2)])
+    assert whole.item_languages().tolist() == [0, 1, 2, 2]
+
+
+def test_a_caption_pair_child_is_read_by_its_target_languages_not_its_annotations(tmp_path):
+    """A CaptionPairDataset's codes index its ``target_langs``; its ``metainfo`` lists the
+    annotation's languages (here the source, English), which would name every pair English."""
+    path = tmp_path / 'a.json'
+    dump_annotation(Annotation(
+        dataset='demo', split='a', media_type='image', languages=['en'], source_lang='en',
+        translation_langs=['de', 'fr'],
+        items=[MediaRecord(name, f'{name}.png', {'en': [f'a {name} dog']},
+                           {'de': [f'ein {name} Hund'], 'fr': [f'un chien {name}']})
+               for name in ('red', 'blue')]), path)
+    options = dict(data_root=str(tmp_path), with_media=False,
+                   transform=dict(type='MediaTransform', backbone=None, size=32))
+    whole = ConcatDataset([CaptionPairDataset(str(path), target_langs=['fr'], **options),
+                           CaptionPairDataset(str(path), target_langs=['de', 'fr'], **options)])
+    assert whole.languages == ['fr', 'de']
+    codes = whole.item_languages().tolist()
+    assert codes == [0, 0, 1, 0, 1, 0]
+    assert [whole.languages[code] for code in codes] == [
+        whole[index]['lang'] for index in range(len(whole))]
+
+
+def test_with_media_is_on_where_any_child_decodes_media():
+    text_only, decoding = Drawn(1), Drawn(1)
+    text_only.with_media = False
+    assert ConcatDataset([text_only, decoding]).with_media
+    assert not ConcatDataset([text_only]).with_media
+
+
+def test_a_metainfo_key_one_child_lacks_is_not_shared_even_when_none():
+    whole = ConcatDataset([Told([0], metainfo={'media_type': 'image', 'frames': None}),
+                           Told([0], metainfo={'media_type': 'image'})])
+    meta = whole.metainfo
+    assert meta['media_type'] == 'image' and 'frames' not in meta
+
+
+def test_an_empty_child_is_taken_and_its_keys_not_read():
+    """It has no first item to read keys from."""
+    whole = ConcatDataset([Drawn(0), Drawn(2)])
+    assert len(whole) == 2 and whole[0]['index'] == 0
+    assert whole.item_keys == ['index', 'media']
+
+
+def test_a_child_whose_items_are_no_mapping_tells_no_keys():
+    class Tupled(Drawn):
+        def __getitem__(self, index: int):
+            return index, 'caption'
+
+    whole = ConcatDataset([Tupled(2), Tupled(1)])
+    assert whole.item_keys is None
+    assert whole[2] == (0, 'caption')
+
+
+def test_an_item_without_an_index_is_given_none():
+    class Unindexed(Dataset):
+        def __len__(self) -> int:
+            return 2
+
+        def __getitem__(self, index: int) -> dict:
+            return {'value': index}
+
+    assert ConcatDataset([Unindexed(), Unindexed()])[3] == {'value': 1}
+
+
+def test_media_ids_only_where_every_child_is_a_gallery_and_a_plain_list_is_no_gallery():
+    """A media_ids attribute that is no method (a list) is not called."""
+    mixed = ConcatDataset([Told([0], ids=['red']), Drawn(1)])
+    assert getattr(mixed, 'media_ids', None) is None
+
+    class Listed(Drawn):
+        media_ids = ['red']
+
+    listed = ConcatDataset([Listed(1), Listed(1)])  # the same list twice: no repeat refused
+    assert getattr(listed, 'media_ids', None) is None
+
+
+def test_a_gallery_repeating_two_earlier_ones_names_the_first_holder_and_only_its_ids(tmp_path):
+    """The third gallery holds media of the first and of the second: the message names the
+    holder of its first repeated id (the first gallery, two items before) and counts only
+    that gallery's ids."""
+    galleries = [_gallery(tmp_path / 'a.json', ['red', 'green']),
+                 _gallery(tmp_path / 'b.json', ['blue']),
+                 _gallery(tmp_path / 'c.json', ['green', 'blue', 'red'])]
+    with pytest.raises(ValueError, match=r'datasets\[2\] \(RetrievalDataset, .*c.json\) holds 2 '
+                       r'media ids of datasets\[0\] \(RetrievalDataset, .*a.json\): green, '
+                       r'red;'):
+        ConcatDataset(galleries)
+
+
+def test_annotation_files_of_nested_concats_are_every_leafs_in_order(tmp_path):
+    inner = ConcatDataset([_gallery(tmp_path / 'a.json', ['red']),
+                           _gallery(tmp_path / 'b.json', ['blue'])])
+    whole = ConcatDataset([inner, _gallery(tmp_path / 'c.json', ['green'])])
+    assert [path.rsplit('/', 1)[-1] for path in annotation_files(whole)] == [
+        'a.json', 'b.json', 'c.json']
