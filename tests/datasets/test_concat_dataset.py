@@ -71,6 +71,7 @@ def test_items_are_the_childrens_in_order_with_the_wholes_index():
         assert item['target_text'] == expected['target_text']
         assert torch.equal(item['media'], expected['media'])
     assert whole[-1]['media_id'] == second[1]['media_id']
+    assert whole[-1]['index'] == 4  # its index in the whole, as whole[4] names it
     with pytest.raises(IndexError, match=r'ConcatDataset index 5 is outside \[0, 5\)'):
         whole[5]
 
@@ -146,7 +147,7 @@ def test_draws_are_keyed_by_the_wholes_index_not_the_childs():
 
 def test_a_skipped_item_names_the_wholes_index():
     whole = ConcatDataset([Drawn(2), Drawn(3, skipped=1)])
-    assert whole[3] == SkippedMedia(3, 'x.jpg', 'empty')
+    assert whole[3] == whole[-2] == SkippedMedia(3, 'x.jpg', 'empty')
 
 
 def test_children_of_other_corrupt_policies_are_refused_and_one_policy_is_the_wholes():

@@ -97,14 +97,15 @@ class ConcatDataset(MediaDataset):
 
     def __getitem__(self, index: int) -> Any:
         child, local = self.locate(index)
+        position = int(index) % len(self)  # a negative index counts from the end
         # The draws are keyed here by the whole's index; the child gets a plain int, which
         # keys nothing, so it draws from the streams seeded for the whole's index.
         with sample_draws(index):
             item = self.datasets[child][local]
         if isinstance(item, SkippedMedia):
-            return item._replace(index=int(index))
+            return item._replace(index=position)
         if isinstance(item, dict) and 'index' in item:
-            item = {**item, 'index': int(index)}
+            item = {**item, 'index': position}
         return item
 
     @property
