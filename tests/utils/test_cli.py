@@ -665,3 +665,101 @@ def test_an_output_whose_folders_cannot_be_made_is_refused_and_nothing_is_made(t
             '(Permission denied): give another')):
         cli.given_output(tmp_path / 'new' / 'r.json', '--out', 'give another')
     assert tried == [str(tmp_path)] and not list(tmp_path.iterdir())
+
+
+def test_a_folder_allowed_leaves_a_missing_file_refused_and_a_device_is_a_stream(tmp_path):
+    """``folder_ok`` lets a folder pass, not a path to nothing; ``stream_ok`` takes a
+    character device (``/dev/stdin`` of a terminal) as it takes a pipe."""
+    with pytest.raises(UserError, match=r'gone \(pretrained\): no such file'):
+        given_file(tmp_path / 'gone', 'pretrained', 'give a file or folder', folder_ok=True)
+    with pytest.raises(UserError, match=r'null \(--queries\): is no regular file'):
+        given_file(os.devnull, '--queries', 'give a text file')
+    given_file(os.devnull, '--queries', 'give a text file', stream_ok=True)
+
+
+def test_a_work_dir_that_is_a_link_to_nothing_is_named_with_its_target(tmp_path):
+    """A scratch disk not mounted: ``os.makedirs`` said 'File exists', naming no key."""
+    (tmp_path / 'work').symlink_to(tmp_path / 'scratch' / 'run')
+    with pytest.raises(UserError, match=re.escape(
+            f"{tmp_path / 'work'} (--work-dir): is a link to {tmp_path / 'scratch' / 'run'}, "
+            'which does not exist: mount or make the folder it points to, or give another')):
+        cli.given_folder(tmp_path / 'work', '--work-dir', 'give a folder')
+
+
+def test_an_output_where_a_folder_stands_is_refused():
+    with pytest.raises(UserError, match=r' \(--out\): is a folder, not a file: give a file'):
+        cli.given_output(Path(__file__).parent, '--out', 'give a file')
+
+
+def test_a_json_output_replaces_only_the_tools_own_earlier_output_when_told(tmp_path):
+    """A checkpoint, a test result or an index standing at the path was written over."""
+    def check(path, overwrite=False):
+        cli.given_json_output(path, '--out', "an earlier search's hits", ('hits', 'queries'),
+                              overwrite)
+
+    check(tmp_path / 'new.json')  # nothing there yet
+    other = tmp_path / 'other.json'
+    other.write_text(json.dumps(dict(hits=[])))
+    with pytest.raises(UserError, match=re.escape(
+            f"{other} (--out): exists and is not an earlier search's hits (a JSON object of "
+            'hits, queries); it is left as it is: give --out another .json path')):
+        check(other, overwrite=True)
+    earlier = tmp_path / 'earlier.json'
+    earlier.write_text(json.dumps(dict(hits=[], queries=[])))
+    with pytest.raises(UserError, match=re.escape(
+            f"{earlier} (--out): holds an earlier search's hits; it is kept: pass --overwrite "
+            'to replace it, or give --out another .json path')):
+        check(earlier)
+    check(earlier, overwrite=True)
+
+
+def test_a_key_error_raised_without_a_message_prints_as_nothing():
+    assert str(UserKeyError()) == ''
+
+
+def test_a_workers_error_is_the_last_one_its_traceback_raises():
+    """An error raised while handling another prints both; the one raised is the last."""
+    text = ('Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent '
+            'call last):\n  File "a.py", line 1, in f\nValueError: the first\n\nDuring handling '
+            'of the above exception, another exception occurred:\n\nTraceback (most recent call '
+            'last):\n  File "a.py", line 3, in f\nValueError: the one raised\n')
+    assert cli.worker_error(RuntimeError(text)) == ('ValueError', 'the one raised')
+
+
+def test_a_file_error_without_a_reason_names_its_file_and_kind():
+    error = PermissionError()
+    error.filename = 'frames/x.jpg'
+    assert cli.error_line(error) == 'frames/x.jpg: PermissionError'
+
+
+def test_a_usage_error_before_help_is_reached_lists_no_debug_flag(capsys):
+    """argparse stops at the first bad value, before ``-h``: the note belongs to help."""
+    def main(argv):
+        parser = argparse.ArgumentParser(prog='tool')
+        parser.add_argument('--n', type=int)
+        parser.parse_args(argv)
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(main, ['--n', 'x', '-h'])
+    assert exit_info.value.code == 2
+    assert '--debug' not in capsys.readouterr().out
+
+
+def test_a_block_run_outside_the_main_thread_keeps_the_default():
+    """Python takes a signal handler in the main thread alone: elsewhere setting one raised."""
+    import threading
+
+    ran, errors = [], []
+
+    def body():
+        try:
+            with cli.sigterm_interrupts():
+                ran.append(signal.getsignal(signal.SIGTERM))
+        except Exception as error:  # noqa: BLE001 (reported below, in the test's thread)
+            errors.append(error)
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert errors == [] and ran == [before]
