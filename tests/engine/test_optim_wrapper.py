@@ -450,7 +450,9 @@ def test_a_window_saved_by_other_ranks_continues_from_their_mean_gradient():
 
 @pytest.mark.parametrize('clip_grad', [dict(max_norm=-1.0), dict(max_norm=0),
                                        dict(type='value', clip_value=-0.5),
-                                       dict(max_norm='1')])
+                                       dict(max_norm='1'),
+                                       # a flag read as 1: clip_grad=True meant 'clip', at what?
+                                       dict(max_norm=True)])
 def test_a_clip_threshold_that_is_no_positive_number_is_refused(clip_grad):
     """max_norm=-1 (the authors' "no clip") turned every step uphill; 0 zeroed the gradients."""
     key = 'clip_value' if 'clip_value' in clip_grad else 'max_norm'
