@@ -808,6 +808,26 @@ def test_a_new_best_replaces_the_earlier_best_of_its_own_key_alone_once(tmp_path
     assert len([line for line in said if 'best_R1_iter_300.pth, the best' in line]) == 1
 
 
+@pytest.mark.parametrize('filename_tmpl', [None, 'step{:06d}.pth'])
+def test_a_new_best_leaves_the_earlier_best_of_a_key_its_own_key_begins(
+        tmp_path, filename_tmpl):
+    """``t2v/R@1``'s file name is a prefix of ``t2v/R@1_sum``'s (``best_t2v_R@1_`` both): the
+    new best of R@1 replaces R@1's earlier best alone, whatever the checkpoints' file names."""
+    def named(key, step):
+        return f'best_{key}_' + (filename_tmpl or 'iter_{}.pth').format(step)
+
+    earlier = [named('t2v_R@1', 300), named('t2v_R@1_sum', 300)]
+    for name in earlier:
+        torch.save({'state_dict': {}}, tmp_path / name)
+    runner, hook = runner_with_hook(tmp_path, save_best=['t2v/R@1', 't2v/R@1_sum'],
+                                    rule=['greater'] * 2, earlier_best=earlier,
+                                    filename_tmpl=filename_tmpl)
+    runner.train_loop._iter = 100
+    hook._save_best_checkpoint(runner, {'t2v/R@1': 1.0, 't2v/R@1_sum': float('nan')})
+    assert sorted(path.name for path in tmp_path.glob('best_*.pth')) == sorted(
+        [named('t2v_R@1', 100), named('t2v_R@1_sum', 300)])
+
+
 def test_a_validation_of_eight_metrics_is_listed_whole():
     """More than eight are cut to eight and counted; eight are all shown."""
     metrics = [f'm{index}' for index in range(8)]

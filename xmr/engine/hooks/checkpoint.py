@@ -311,20 +311,26 @@ class CheckpointHook(MMEngineCheckpointHook):
                     self._remove(old)
                     runner.logger.info(f'The previous best checkpoint {old} is removed')
                 if new is not None and self.file_backend.isfile(new):
-                    self._replace_earlier_best(runner, Path(new))
+                    self._replace_earlier_best(runner, key, Path(new))
 
-    def _replace_earlier_best(self, runner, new: Path) -> None:
-        """Remove the earlier run's best checkpoints of ``new``'s key (``best_<key>_``), now
-        that this run saved its own."""
-        stem = new.name[:new.name.rindex('_iter_') + 1] if '_iter_' in new.name else new.stem
-        replaced = [path for path in self._earlier_best
-                    if path.name.startswith(stem) and path.resolve() != new.resolve()]
-        self._earlier_best = [path for path in self._earlier_best
-                              if not path.name.startswith(stem)]
+    def _replace_earlier_best(self, runner, key: str, new: Path) -> None:
+        """Remove the earlier run's best checkpoints of ``key``, now that this run saved its
+        own, ``new``."""
+        of_key = [path for path in self._earlier_best if self._is_best_of(key, path.name)]
+        self._earlier_best = [path for path in self._earlier_best if path not in of_key]
+        replaced = [path for path in of_key if path.resolve() != new.resolve()]
         for path in replaced:
             self._remove(str(path))
             runner.logger.info(f'{path.name}, the best checkpoint of a run stopped before its '
                                f'first checkpoint, is replaced by {new.name}')
+
+    def _is_best_of(self, key: str, name: str) -> bool:
+        """Whether ``name`` is MMEngine's name of a best checkpoint of ``key``:
+        ``best_<key>_<filename_tmpl at some step>``, ``/`` read as ``_`` (so the best of ``R@1``
+        is not taken for one of ``R@1_sum``)."""
+        around_step = map(re.escape, re.split(r'\{[^{}]*\}', self.filename_tmpl))
+        prefix = re.escape(f'best_{key}_'.replace('/', '_'))
+        return re.fullmatch(prefix + r'\d+'.join(around_step), name) is not None
 
     def _ours(self, path: str) -> bool:
         """Whether ``path`` lies in this run's work dir (not in the one a fork resumed from)."""
