@@ -378,16 +378,25 @@ def test_a_file_of_a_weight_whose_name_only_ends_like_the_model_s_is_no_backbone
     assert 'tools/train.py wrote' in fix and 'pretrained=' not in fix
 
 
-def test_a_truncated_legacy_pickle_is_named_corrupt(tmp_path):
-    """A legacy file cut short in its header: torch raises a bare EOFError, reported by its
-    name as a truncated file."""
-    path = tmp_path / 'cut.pth'
-    torch.save({'state_dict': {'w': torch.zeros(10)}}, path,
+def test_a_legacy_pickle_cut_anywhere_is_named_corrupt(tmp_path):
+    """A legacy file holds five pickles, then each storage's element count (8 bytes) and
+    bytes: 48 bytes for one float32 tensor of 10. Cut inside its pickles, the check names it
+    corrupt without loading (torch refused a global whose name was cut, ``coll.``, as a foreign
+    object); cut inside its tensor's bytes, the load does."""
+    whole = tmp_path / 'whole.pth'
+    torch.save({'state_dict': {'w': torch.zeros(10)}}, whole,
                _use_new_zipfile_serialization=False)
-    path.write_bytes(path.read_bytes()[:10])
-    with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt checkpoint '
-                                                  r'\(EOFError\): copy it again'):
-        read_checkpoint(path)
+    data, path = whole.read_bytes(), tmp_path / 'cut.pth'
+    storage_starts = len(data) - (8 + 10 * 4)
+    for cut in range(1, len(data)):
+        path.write_bytes(data[:cut])
+        reads = [check_checkpoint, read_checkpoint] if cut < storage_starts else [read_checkpoint]
+        for read in reads:
+            with pytest.raises(CheckpointReadError, match=f'{path}: truncated or corrupt '
+                                                          r'checkpoint \(.+\): copy it again'):
+                read(path)
+    path.write_bytes(data[:storage_starts])
+    check_checkpoint(path)
 
 
 def test_a_legacy_pickle_s_refused_objects_are_named_by_module_and_name(tmp_path):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import pickletools
 import re
 import zipfile
 import zlib
@@ -260,8 +261,9 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     copy or an interrupted save has none. Each of its records must match the CRC-32 that
     ``torch.save`` wrote for it: ``torch.load`` checks none, so a damaged tensor would load as
     other numbers. Its pickle may name no object a weights-only load refuses (MMEngine's resume
-    would fail on it with torch's advice to trust the file). A legacy pickle is checked by its
-    first byte only.
+    would fail on it with torch's advice to trust the file). A legacy file (``torch.save``'s
+    format before torch 1.6) has no CRC-32: its pickles must be whole, and a cut in its tensors'
+    bytes is found when they are read.
 
     Raises:
         FileNotFoundError: no such file, or a folder.
@@ -281,6 +283,8 @@ def check_checkpoint(path: str | os.PathLike, what: str = 'checkpoint',
     if head == _ZIP_MAGIC:
         check_archive_records(path, what)
         _check_pickled_globals(path, what, fix)
+    else:
+        _check_legacy_pickles(path, what)
 
 
 def torch_save_head(path: str | os.PathLike) -> bytes | None:
@@ -310,6 +314,25 @@ def _check_pickled_globals(path: Path, what: str, fix: str) -> None:
         raise _corrupt(path, what, reason) from error
     if refused:
         raise CheckpointReadError(_refused_message(path, what, refused))
+
+
+#: The pickles a legacy ``torch.save`` file begins with: its magic number, protocol version,
+#: system facts, the object saved and its storages' keys (the storages' bytes follow).
+_LEGACY_PICKLES = 5
+
+
+def _check_legacy_pickles(path: Path, what: str) -> None:
+    """Refuse a legacy ``torch.save`` file whose pickles are cut off or hold an unknown opcode,
+    reading their opcodes alone: a weights-only load of a file cut inside a global's name
+    refused the name's start (``coll.``) as a foreign object, or failed with ``IndexError``."""
+    with open(path, 'rb') as handle:
+        try:
+            for _ in range(_LEGACY_PICKLES):
+                for _ in pickletools.genops(handle):
+                    pass
+        # genops' error for a cut or unknown opcode; a damaged length it cannot even allocate.
+        except (ValueError, MemoryError) as error:
+            raise _corrupt(path, what, f'its pickles are cut off or damaged: {error}') from error
 
 
 #: What to give in place of a checkpoint refused by :func:`check_given_checkpoint`.
