@@ -110,6 +110,20 @@ def test_mmengine_loops_setting_the_wrapped_samplers_epoch_plan_that_pass(monkey
     assert drawn[len(dataloader):] == batches(languages, 4, epoch=1)
 
 
+@pytest.mark.parametrize('kept_epoch', [False, True])
+def test_a_wrapped_sampler_without_set_epoch_leaves_the_pass_to_this_one(kept_epoch):
+    """torch's samplers set no epoch: this sampler's ``set_epoch`` plans the pass, also where
+    the wrapped one shows an ``epoch`` of its own that nothing sets."""
+    languages = np.arange(48) % 2
+    wrapped = SimpleNamespace(dataset=Items(languages), seed=3, shuffle=True,
+                              **({'epoch': 0} if kept_epoch else {}))
+    sampler = LanguageBatchSampler(wrapped, 4)
+    sampler.set_epoch(2)
+    assert sampler.epoch == 2
+    assert [[int(index) for index in batch] for batch in sampler] == batches(languages, 4, 2)
+    assert batches(languages, 4, 2) != batches(languages, 4, 0)
+
+
 def test_under_ddp_every_step_reads_one_global_batch_of_one_language(monkeypatch):
     """The ranks' batches of a step are the slices, in rank order, of the batch one process
     with the global batch size reads: the gathered batch of a contrastive loss holds one
