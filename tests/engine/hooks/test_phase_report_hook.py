@@ -262,6 +262,7 @@ def test_a_metric_the_validation_does_not_report_per_language_is_warned_about_on
     runner = SimpleNamespace(_train_loop=None, iter=0, work_dir=str(tmp_path))
     metrics = {'en/AR': 80.0, 'en/t2i_R@1': 70.0, 'de/AR': 40.0, 'mAR': 40.0}
     PhaseReportHook().after_val_epoch(runner, metrics)
+    PhaseReportHook(metric='t2i_R@1').after_val_epoch(runner, metrics)
     assert said == []
     hook = PhaseReportHook(metric='R@1')
     hook.after_val_epoch(runner, metrics)
@@ -282,6 +283,32 @@ def test_a_text_to_video_validation_is_reported_by_its_r1_and_their_sum():
     hook = PhaseReportHook()
     hook.columns = [('align end', 4, metrics)]
     assert (hook.metric, hook.mean_key) == ('t2i_R@1', 't2v_R@1_sum')
+    assert hook.report() == hook.table()  # no caption counted cut: nothing below the table
+
+
+@pytest.mark.parametrize('metric', [None, 't2i_R@5'])
+def test_a_mean_key_given_is_the_mean_row_whatever_the_metric(metric):
+    metrics = {'en/t2i_R@1': 40.0, 'en/t2i_R@5': 70.0, 't2v_R@1_sum': 50.0, 'mean_R@5': 70.0}
+    hook = PhaseReportHook(metric=metric, mean_key='mean_R@5')
+    hook.columns = [('align end', 4, metrics)]
+    assert (hook.metric, hook.mean_key) == (metric or 't2i_R@1', 'mean_R@5')
+    assert [line.split('|')[1].strip() for line in hook.table().splitlines()[2:]] == [
+        'en', 'mean_R@5']
+
+
+def test_a_run_resumed_after_its_last_validation_writes_its_checkpoint_s_report_at_its_end(
+        tmp_path, monkeypatch):
+    """A fork resumed from the end of training validates nothing: its work dir gets the
+    report of the columns its checkpoint carried when training ends."""
+    monkeypatch.setattr('xmr.engine.hooks.phase_report.is_main_process', lambda: True)
+    records = [{'column': 'align end', 'iter': 4, 'metrics': {'de/AR': 40.0, 'mAR': 40.0}}]
+    hook = PhaseReportHook()
+    hook.after_load_checkpoint(SimpleNamespace(_resume=True, work_dir=str(tmp_path)),
+                               {'phase_report': records, 'meta': {'iter': 4}})
+    hook.after_train(SimpleNamespace(work_dir=str(tmp_path),
+                                     logger=SimpleNamespace(info=lambda message: None)))
+    assert read_report(tmp_path) == records
+    assert (tmp_path / 'phase_report.md').read_text() == hook.report() + '\n'
 
 
 @pytest.mark.parametrize(('text', 'fault'), [
