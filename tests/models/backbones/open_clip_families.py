@@ -160,12 +160,13 @@ def nllb_tokenizer_folder(folder: Path) -> Path:
 
 def nllb_encoder(folder: Path, scale_embedding: bool = True) -> Path:
     """A 2-layer M2M100 encoder config (NLLB's ReLU, scaled embeddings unless told) and the
-    tiny NLLB tokenizer, written to ``folder`` (no download)."""
+    tiny NLLB tokenizer, written to ``folder`` (no download). Its decoder's heads and FFN width
+    differ from the encoder's, so that a tower reading the decoder's sizes fails."""
     from transformers import M2M100Config
 
     M2M100Config(vocab_size=NLLB_VOCAB, d_model=32, encoder_layers=2, decoder_layers=1,
                  encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=48,
-                 decoder_ffn_dim=48, max_position_embeddings=40, activation_function='relu',
+                 decoder_ffn_dim=40, max_position_embeddings=40, activation_function='relu',
                  scale_embedding=scale_embedding, pad_token_id=1, bos_token_id=0,
                  eos_token_id=2, decoder_start_token_id=2).save_pretrained(folder)
     return nllb_tokenizer_folder(folder)

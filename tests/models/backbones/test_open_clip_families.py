@@ -39,7 +39,11 @@ from tests.models.backbones.open_clip_families import (
 )
 from xmr.models.backbones import OpenCLIPTextTower
 from xmr.models.backbones.base import TowerShape, configured_tower_shape
-from xmr.models.backbones.open_clip_hf import OpenCLIPHFTextTower, OpenCLIPM2M100TextTower
+from xmr.models.backbones.open_clip_hf import (
+    OpenCLIPHFTextTower,
+    OpenCLIPM2M100TextTower,
+    hf_text_tower,
+)
 from xmr.models.language.tokenizers import NLLBTokenizer
 from xmr.registry import MODELS
 
@@ -656,6 +660,101 @@ def test_towers_xmr_cannot_run_are_refused_naming_class_field_and_what_is_missin
     with pytest.raises(TypeError, match='text_cfg.hf_pooler_type gives MaxPooler - xmr runs '
                                         'mean_pooler'):
         MODELS.build(backbone_cfg(xlmr_cfg(tmp_path / 'xlmr', 'max_pooler')))
+
+
+def test_a_hugging_face_tower_refusal_names_the_model_that_owns_it(tmp_path):
+    """``coca_roberta-ViT-B-32`` (a CoCa over RoBERTa, shrunk) with ``max_pooler`` is refused as
+    ``CoCa.text``, the class open_clip built, not the ``CustomTextCLIP`` of the other Hugging Face
+    towers."""
+    if not XLMR_TOKENIZER.is_file():
+        pytest.skip(f'XLM-R tokenizer not found at {XLMR_TOKENIZER}')
+    cfg, tokenizer = shrunk_cfg('coca_roberta-ViT-B-32')
+    cfg['text_cfg']['hf_pooler_type'] = 'max_pooler'
+    model_cfg, tokenizer_cfg = built_shrunk_cfg(cfg, tokenizer, tmp_path)
+    with pytest.raises(TypeError, match=r'^CoCa\.text \(HFTextEncoder of .+\): '
+                                        r'text_cfg\.hf_pooler_type gives MaxPooler - '):
+        MODELS.build(backbone_cfg(model_cfg, tokenizer_cfg))
+
+
+def test_relative_position_embeddings_are_refused_naming_the_clips_text_tower(tmp_path):
+    """A BERT-style encoder whose config asks for relative positions (transformers 4 runs them)
+    is refused as the CLIP's text tower, by the encoder's name, ``?`` where it has none."""
+    backbone = _build('xlmr_mean_pooler_mlp', tmp_path)
+    encoder = backbone.clip.text
+    encoder.config.position_embedding_type = 'relative_key'
+    with pytest.raises(TypeError, match=r"^CustomTextCLIP\.text \(HFTextEncoder of .+xlmr\): "
+                                        r"config\.position_embedding_type='relative_key' - xmr "
+                                        r'runs absolute position embeddings only$'):
+        hf_text_tower(encoder)
+    encoder.config._name_or_path = ''
+    with pytest.raises(TypeError, match=r'^CustomTextCLIP\.text \(HFTextEncoder of \?\): '):
+        hf_text_tower(encoder)
+
+
+def test_a_projected_towers_embedding_width_is_the_clips_not_the_encoders(tmp_path):
+    """An XLM-R encoder of width 16 projected (``'mlp'``) to the CLIP's ``embed_dim`` 32: the
+    tower's ``E`` is 32, as the config reads it, and its output is open_clip's."""
+    cfg = backbone_cfg(xlmr_cfg(tmp_path / 'narrow', width=16), xlmr_tokenizer())
+    backbone = _built(cfg['model_cfg'], cfg['tokenizer'])
+    tower = backbone.text_tower
+    assert (tower.width, tower.embed_dim, backbone.embed_dim) == (16, 32, 32)
+    assert configured_tower_shape(cfg) == TowerShape(16, 2, 32, False)
+    tokens = backbone.tokenizer(TEXTS)
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.encode_source_text(tokens),
+                                   backbone.clip.encode_text(tokens['input_ids'],
+                                                             normalize=False),
+                                   atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize('pooler', ['cls_last_hidden_state_pooler', 'cls_pooler_without_output'])
+def test_a_token_0_pooler_on_an_encoder_with_its_pooler_reads_the_hidden_state_as_open_clip(
+        pooler, tmp_path):
+    """open_clip's ``ClsPooler`` reads the encoder's ``pooler_output`` (``tanh(W x_CLS + b)``)
+    only with ``use_pooler_output``, ``ClsLastHiddenStatePooler`` never: on an XLM-R encoder
+    built with its pooler (``cls_pooler``) either reads token 0 of the last hidden state, and so
+    does the tower."""
+    from open_clip.hf_model import ClsLastHiddenStatePooler, ClsPooler
+
+    backbone = _build('xlmr_cls_pooler_linear', tmp_path)
+    encoder = backbone.clip.text
+    assert encoder.transformer.pooler is not None
+    encoder.pooler = (ClsLastHiddenStatePooler() if pooler == 'cls_last_hidden_state_pooler'
+                      else ClsPooler(use_pooler_output=False))
+    tower = hf_text_tower(encoder)
+    tokens = backbone.tokenizer(TEXTS)
+    with torch.no_grad():
+        expected = encoder(tokens['input_ids'])
+        torch.testing.assert_close(tower(tokens), expected, atol=ATOL, rtol=RTOL)
+        # The pooler output, which the backbone's own tower reads, is another embedding.
+        assert not torch.allclose(backbone.encode_source_text(tokens), expected, atol=1e-3)
+
+
+def test_an_m2m100_towers_context_is_the_positions_its_sinusoid_table_holds(tmp_path):
+    """M2M100's table has ``max_position_embeddings + 2`` rows (42) and numbers real tokens
+    from ``pad_id + 1``: with padding id 3 (NLLB's is 1), 38 tokens reach its last row, 41, and
+    give open_clip's output; 39 are refused by name, not read past the table."""
+    from open_clip.hf_model import HFTextEncoder
+    from transformers import M2M100Config
+
+    M2M100Config(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1,
+                 encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                 decoder_ffn_dim=48, max_position_embeddings=40, pad_token_id=3, bos_token_id=0,
+                 eos_token_id=2, decoder_start_token_id=2).save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    encoder = HFTextEncoder(str(tmp_path), output_dim=32, pooler_type='mean_pooler',
+                            proj_type='linear', pretrained=False).eval()
+    tower = hf_text_tower(encoder)
+    assert tower.sinusoids.weights.shape[0] == 42 and tower.context_length == 38
+    ids = torch.randint(4, 64, (2, 38), generator=torch.Generator().manual_seed(0))
+    ids[1, 20:] = 3
+    mask = ids != 3
+    tokens = dict(input_ids=ids, attention_mask=mask, eos_index=mask.sum(1) - 1)
+    with torch.no_grad():
+        torch.testing.assert_close(tower(tokens), encoder(ids), atol=ATOL, rtol=RTOL)
+    with pytest.raises(ValueError, match='sequence of 39 tokens exceeds the text context '
+                                         'length 38'):
+        tower.add_positions(torch.zeros(1, 39, 32))
 
 
 def test_an_eos_pooled_tower_refuses_a_tokenizer_that_ends_captions_with_another_id(tmp_path):
