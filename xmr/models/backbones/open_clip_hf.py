@@ -44,10 +44,9 @@ __all__ = ['OpenCLIPHFTextTower', 'HFPreNormTextTower', 'OpenCLIPT5TextTower',
            'OpenCLIPM2M100TextTower', 'HF_BERT_MODEL_TYPES', 'HF_T5_MODEL_TYPES',
            'HF_M2M100_MODEL_TYPES', 'hf_text_tower']
 
-#: Hugging Face ``model_type`` values whose layers are BERT's post-LN layers, with the first
-#: position id of a sequence as a function of the padding id (RoBERTa counts after it).
-HF_BERT_MODEL_TYPES = {'bert': lambda pad_id: 0, 'roberta': lambda pad_id: pad_id + 1,
-                       'xlm-roberta': lambda pad_id: pad_id + 1}
+#: Hugging Face ``model_type`` values whose layers are BERT's post-LN layers (their position
+#: offset and context are :class:`~xmr.models.backbones.bert.BertTextTower`'s).
+HF_BERT_MODEL_TYPES = ('bert', 'roberta', 'xlm-roberta')
 
 #: Hugging Face ``model_type`` values of T5-style encoders.
 HF_T5_MODEL_TYPES = ('mt5', 't5')
@@ -134,10 +133,7 @@ class OpenCLIPHFTextTower(BertTextTower):
         transformer = encoder.transformer
         super().__init__(transformer, embed_dim=None)
         self.pooling = pooling
-        self.position_offset = HF_BERT_MODEL_TYPES[model_type](config.pad_token_id)
-        self.context_length = config.max_position_embeddings - self.position_offset
         self.pad_id = config.pad_token_id
-        self.vocab_size = config.vocab_size
         # ClsPooler reads pooler_output whenever the encoder was built with its pooler.
         self.hf_pooler = (transformer.pooler if type(encoder.pooler).__name__ == 'ClsPooler'
                           and encoder.pooler.use_pooler_output
