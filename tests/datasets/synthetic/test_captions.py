@@ -134,6 +134,41 @@ def test_japanese_counters():
     assert caption_scene(one, 'ja', 'existential') == '中央に大きな紫の円が一つあります。'
 
 
+# docs/data_synthetic.md, examples: top, three large white crosses.
+THREE_WHITE_CROSSES_TOP = {
+    'en': ('There are three large white crosses at the top.',
+           'There are three large white crosses. They are at the top.'),
+    'de': ('Es gibt drei große weiße Kreuze oben.',
+           'Man sieht drei große weiße Kreuze. Sie befinden sich oben.'),
+    'fr': ('Il y a trois grandes croix blanches en haut.',
+           'On voit trois grandes croix blanches. Elles sont en haut.'),
+    'zh': ('画面上方有三个白色的大十字。', '图中有三个白色的大十字。它们在上方。'),
+    'ja': ('上に大きな白い十字が三つあります。',
+           '大きな白い十字が三つあります。どれも上側にあります。'),
+}
+
+
+@pytest.mark.parametrize('lang', list(THREE_WHITE_CROSSES_TOP))
+def test_the_documented_three_white_crosses_read_as_the_docs_print_them(lang):
+    crosses = single('white', 'cross', 'large', 3, 'top')
+    assert (caption_scene(crosses, lang, 'existential'),
+            caption_scene(crosses, lang, 'clause_split')) == THREE_WHITE_CROSSES_TOP[lang]
+
+
+def test_one_cross_is_feminine_in_french_and_neuter_in_german():
+    cross = single('purple', 'cross', 'large', 1, 'right')
+    assert caption_scene(cross, 'fr', 'clause_split') == \
+        'On voit une grande croix violette. Elle est à droite.'
+    assert caption_scene(cross, 'de', 'quantity_first') == 'Ein großes violettes Kreuz ist rechts.'
+    assert caption_scene(cross, 'de', 'clause_split') == \
+        'Man sieht ein großes violettes Kreuz. Es befindet sich rechts.'
+
+
+@pytest.mark.parametrize('code, language', [('jp', 'ja'), ('zh-CN', 'zh'), ('DE', 'de')])
+def test_a_language_code_of_any_accepted_form_writes_its_language(code, language):
+    for style in CAPTION_STYLES:
+        assert caption_scene(SCENE, code, style) == EXPECTED[language][style]
+
 # Words each language must use for a group's attributes, written independently of the grammar.
 COLOUR_WORDS = {
     'en': {'red': 'red', 'green': 'green', 'blue': 'blue', 'yellow': 'yellow',
