@@ -220,3 +220,21 @@ def test_two_codes_of_one_language_and_codes_of_no_language_are_named():
     # A real language the grammars do not write is named with the five they do.
     with pytest.raises(ValueError, match=r"\['ko'\].*exist in \('en', 'de', 'fr', 'zh', 'ja'\)"):
         SyntheticPairDataset(2, ['kor_Hang'])
+
+
+def test_a_seed_given_as_true_is_refused_as_no_integer():
+    """``True`` is no seed: taken as 1, it would silently pick another set than asked for."""
+    with pytest.raises(ValueError, match='seed must be a non-negative integer, got True'):
+        SyntheticPairDataset(2, [], seed=True)
+    with pytest.raises(ValueError, match='seed must be a non-negative integer, got True'):
+        SyntheticRetrievalDataset(2, seed=True)
+    with pytest.raises(ValueError, match='seed must be a non-negative integer, got True'):
+        synthetic_caption_corpus(['de'], num_scenes=2, seed=True)
+
+
+def test_an_english_target_item_gives_both_its_english_captions():
+    pairs = SyntheticPairDataset(2, ['en', 'de'])
+    english, german = pairs[2], pairs[3]
+    assert english['lang'] == 'en' and german['lang'] == 'de'
+    assert pairs.captions_of(2) == {'en': [english['source_text'], english['target_text']]}
+    assert pairs.captions_of(3) == {'en': [german['source_text']], 'de': [german['target_text']]}

@@ -39,6 +39,11 @@ def _check_positive(name: str, value: int) -> None:
         raise ValueError(f'{name} must be a positive integer, got {value!r}')
 
 
+def _check_seed(seed: int) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
+
+
 def _language_number(language: str) -> int:
     """A language's stream number, independent of which other languages a dataset asks for."""
     return 1 + CAPTION_LANGUAGES.index(language)
@@ -52,8 +57,7 @@ class _SyntheticImages(MediaDataset):
         _check_positive('image_size', image_size)
         if image_size < 16:
             raise ValueError(f'image_size must be at least 16 pixels, got {image_size}')
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
+        _check_seed(seed)
         self.split_id = check_split(split)
         self.num_scenes = num_scenes
         self.split = split
@@ -143,11 +147,12 @@ class SyntheticPairDataset(_SyntheticImages):
 
     def captions_of(self, index: int) -> dict[str, list[str]]:
         """Captions of item ``index``, no image rendered: its English caption and, with target
-        languages, its target-language one."""
+        languages, its target-language one (an English target follows the source caption)."""
         texts = self._item(index)[2]
-        if texts['target_text'] is None:
-            return {'en': [texts['source_text']]}
-        return {'en': [texts['source_text']], texts['lang']: [texts['target_text']]}
+        captions = {'en': [texts['source_text']]}
+        if texts['target_text'] is not None:
+            captions.setdefault(texts['lang'], []).append(texts['target_text'])
+        return captions
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         scene_index, scene, texts = self._item(index)
@@ -263,8 +268,7 @@ def synthetic_caption_corpus(languages: list[str] | tuple[str, ...], num_scenes:
     """
     languages = check_languages(languages, 'synthetic_caption_corpus languages')
     _check_positive('num_scenes', num_scenes)
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
+    _check_seed(seed)
     corpus = []
     for scene_index in range(num_scenes):
         scene = scene_at(seed, 'train', scene_index)
