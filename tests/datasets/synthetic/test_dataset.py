@@ -1,10 +1,12 @@
 """Registered synthetic datasets and corpus: contract, determinism, splits, galleries."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from xmr.datasets.collate import retrieval_collate
+from xmr.datasets.synthetic import dataset as synthetic_dataset
 from xmr.datasets.synthetic import scenes
 from xmr.datasets.synthetic.captions import CAPTION_LANGUAGES, CAPTION_STYLES, caption_scene
 from xmr.datasets.synthetic.dataset import (
@@ -12,7 +14,7 @@ from xmr.datasets.synthetic.dataset import (
     SyntheticRetrievalDataset,
     synthetic_caption_corpus,
 )
-from xmr.datasets.synthetic.scenes import scene_at
+from xmr.datasets.synthetic.scenes import render_scene, scene_at
 from xmr.registry import DATASETS, FUNCTIONS
 
 TARGETS = ['de', 'fr', 'zh', 'ja']
@@ -220,6 +222,112 @@ def test_two_codes_of_one_language_and_codes_of_no_language_are_named():
     # A real language the grammars do not write is named with the five they do.
     with pytest.raises(ValueError, match=r"\['ko'\].*exist in \('en', 'de', 'fr', 'zh', 'ja'\)"):
         SyntheticPairDataset(2, ['kor_Hang'])
+
+
+@pytest.mark.parametrize('name, value', [
+    ('num_scenes', True), ('num_scenes', 2.0), ('image_size', 32.0), ('captions_per_image', 0),
+    ('captions_per_image', True)])
+def test_a_count_that_is_no_positive_integer_is_refused_naming_it(name, value):
+    arguments = dict(num_scenes=2, languages=['en'], image_size=32, captions_per_image=1)
+    with pytest.raises(ValueError, match=f'{name} must be a positive integer, got {value!r}'):
+        SyntheticRetrievalDataset(**{**arguments, name: value})
+
+
+def test_a_negative_seed_is_refused_when_the_dataset_is_built():
+    with pytest.raises(ValueError, match='seed must be a non-negative integer, got -1'):
+        SyntheticPairDataset(2, [], seed=-1)
+    with pytest.raises(ValueError, match='seed must be a non-negative integer, got -1'):
+        synthetic_caption_corpus(['de'], num_scenes=2, seed=-1)
+
+
+def test_the_corpus_of_no_scenes_is_refused():
+    with pytest.raises(ValueError, match='num_scenes must be a positive integer, got 0'):
+        synthetic_caption_corpus(['de'], num_scenes=0)
+
+
+def test_the_bounds_of_image_size_captions_per_image_and_gallery_size_are_allowed(monkeypatch):
+    assert SyntheticPairDataset(1, [], image_size=16)[0]['media'].shape == (3, 16, 16)
+    every_style = SyntheticRetrievalDataset(1, ['fr'], captions_per_image=5)
+    assert sorted(every_style[0]['captions']['fr']) == \
+        sorted(captions_in_all_styles(every_style.gallery[0][1], 'fr'))
+    monkeypatch.setattr(synthetic_dataset, 'split_sizes',
+                        lambda: {'train': 8, 'val': 3, 'test': 3})
+    assert len(SyntheticRetrievalDataset(3)) == 3
+    with pytest.raises(ValueError,
+                       match="num_scenes=4 exceeds the 3 distinct scenes of split 'val'"):
+        SyntheticRetrievalDataset(4)
+
+
+def test_a_gallery_without_languages_is_refused():
+    with pytest.raises(ValueError, match='must name at least one language'):
+        SyntheticRetrievalDataset(2, [])
+
+
+def test_a_split_too_small_for_the_gallery_within_its_draws_is_named(monkeypatch):
+    # One draw a scene: 300 draws of the 4,332 validation scenes repeat some.
+    monkeypatch.setattr(synthetic_dataset, '_MAX_DRAWS_PER_SCENE', 1)
+    with pytest.raises(ValueError, match=r"found only \d+ distinct scenes of split 'val' in 300 "
+                                         r'draws.*holds 4332\)'):
+        SyntheticRetrievalDataset(300, ['en'])
+
+
+def test_a_negative_or_past_the_end_index_is_refused_naming_the_range():
+    pairs = SyntheticPairDataset(2, ['de', 'fr'])
+    gallery = SyntheticRetrievalDataset(3, ['en'])
+    for read in (pairs.__getitem__, pairs.captions_of, gallery.__getitem__, gallery.captions_of):
+        with pytest.raises(IndexError, match=r'index -1 is outside \[0, \d\)'):
+            read(-1)
+    with pytest.raises(IndexError, match=r'SyntheticRetrievalDataset index 3 is outside \[0, 3\)'):
+        gallery.captions_of(3)
+
+
+def test_metainfo_holds_the_generators_settings():
+    pairs = SyntheticPairDataset(3, ['zh', 'de'], split='test', image_size=16, seed=5)
+    common = {'dataset': 'synthetic', 'split': 'test', 'media_type': 'image', 'source_lang': 'en',
+              'num_scenes': 3, 'image_size': 16, 'seed': 5, 'styles': list(CAPTION_STYLES)}
+    assert pairs.metainfo == {**common, 'languages': ['zh', 'de']}
+    gallery = SyntheticRetrievalDataset(3, ['de'], split='test', image_size=16, seed=5,
+                                        captions_per_image=4)
+    assert gallery.metainfo == {**common, 'languages': ['de'], 'translated_languages': [],
+                                'captions_per_image': 4}
+
+
+def test_media_ids_name_split_seed_size_and_stream_index():
+    gallery = SyntheticRetrievalDataset(300, ['en'], seed=3, image_size=16)
+    gallery.with_media = False
+    ids = gallery.media_ids()
+    assert ids == [gallery[index]['media_id'] for index in range(300)]
+    # The gallery skips repeated scenes, so its last image comes from a later draw.
+    stream_index = gallery.gallery[-1][0]
+    assert stream_index > 299
+    assert ids[-1] == f'synthetic_val_seed3_px16_{stream_index:06d}'
+    assert SyntheticPairDataset(2, [], split='test', seed=0)[1]['media_id'] == \
+        'synthetic_test_seed0_px32_000001'
+
+
+def test_images_are_drawn_from_the_documented_render_stream():
+    # docs/data_synthetic.md: scene i's rendering comes from default_rng([seed, split_id, i, 1]).
+    pairs = SyntheticPairDataset(3, ['de', 'fr'], split='val', seed=2)
+    expected = render_scene(scene_at(2, 'val', 2), 32, np.random.default_rng([2, 1, 2, 1]))
+    np.testing.assert_array_equal(pairs[5]['media'].numpy(), expected)
+    gallery = SyntheticRetrievalDataset(3, ['en'], split='test', seed=2)
+    stream_index, scene = gallery.gallery[2]
+    expected = render_scene(scene, 32, np.random.default_rng([2, 2, stream_index, 1]))
+    np.testing.assert_array_equal(gallery[2]['media'].numpy(), expected)
+
+
+def test_each_language_draws_its_own_styles_whichever_languages_are_asked_for():
+    def target_styles(dataset, lang):
+        slot = dataset.languages.index(lang)
+        return [captions_in_all_styles(scene_at(0, 'train', scene), lang)[
+            dataset.captions_of(scene * len(dataset.languages) + slot)[lang][0]]
+            for scene in range(dataset.num_scenes)]
+
+    every = SyntheticPairDataset(30, TARGETS)
+    styles = {lang: target_styles(every, lang) for lang in TARGETS}
+    assert len({tuple(sequence) for sequence in styles.values()}) == len(TARGETS)
+    assert target_styles(SyntheticPairDataset(30, ['zh']), 'zh') == styles['zh']
+    assert target_styles(SyntheticPairDataset(30, ['ja', 'fr']), 'fr') == styles['fr']
 
 
 def test_a_seed_given_as_true_is_refused_as_no_integer():
