@@ -183,6 +183,28 @@ def test_a_model_without_dataset_correlation_is_refused():
         CDDSCorrelationHook().before_train(runner_for(model_with('batch')))
     with pytest.raises(ValueError, match='max_batches must be positive'):
         CDDSCorrelationHook(max_batches=0)
+    with pytest.raises(ValueError, match='interval must be non-negative or None, got -1'):
+        CDDSCorrelationHook(interval=-1)
+
+
+def test_a_refresh_hands_a_model_in_eval_mode_back_in_eval_mode():
+    model = model_with().eval()
+    CDDSCorrelationHook().refresh(runner_for(model))
+    assert not model.training and model.disentangler.correlation.num_accumulated_tokens[0] > 0
+
+
+def test_the_refresh_s_loader_reads_its_items_as_the_train_loader_sets_them_up():
+    """Pinned memory, the workers' set-up and their timeout are the train loader's."""
+    def set_up(worker_id):
+        pass
+
+    train = DataLoader(loader().dataset, batch_size=5, collate_fn=retrieval_collate,
+                       num_workers=1, pin_memory=True, timeout=7, worker_init_fn=set_up)
+    runner = runner_for(model_with())
+    runner.train_loop.dataloader = train
+    own = CDDSCorrelationHook()._loader(runner)
+    assert (own.pin_memory, own.timeout, own.worker_init_fn, own.num_workers,
+            own.collate_fn) == (True, 7, set_up, 1, retrieval_collate)
 
 
 # 11 items on 2 ranks: MMEngine's DefaultSampler pads the pass to 12 with the first item again,
