@@ -6,7 +6,13 @@ import re
 
 import pytest
 
-from xmr.json_files import JSONFileError, load_json, loads_json, lone_surrogate
+from xmr.json_files import (
+    JSONFileError,
+    first_invalid_utf8,
+    load_json,
+    loads_json,
+    lone_surrogate,
+)
 
 
 @pytest.mark.parametrize('text', ['{"a": [1, -2, 3.5e3, "9999", {"b": null}], "c": true}',
@@ -55,3 +61,53 @@ def test_a_lone_surrogate_is_named_by_its_place_in_the_document():
     assert lone_surrogate({'k\udce9': 1}, 'r.json') == (
         "r.json: the key 'k\\udce9' holds '\\udce9' at character 1, half of a UTF-16 surrogate "
         'pair')
+
+
+@pytest.mark.parametrize('text', ['[1]x', '1 2', '\u00a01', '\x0c[1]', '[1]\x0b'])
+def test_text_json_loads_refuses_is_refused_alike(text):
+    """Extra data of one character, and spaces JSON does not allow (Python's ``\\s`` does)."""
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError) as refused:
+        loads_json(text)
+    assert (refused.value.msg, refused.value.pos) == (expected.value.msg, expected.value.pos)
+
+
+def test_the_integer_too_long_is_placed_past_longer_floats_and_signs():
+    """A float's integer part may be longer than an int's limit (float reads it), and a minus
+    sign is no digit: neither is the fault."""
+    limit = 4300
+    text = f'[1{"0" * limit}.5, -{"9" * limit}, {"7" * (limit + 1)}]'
+    with pytest.raises(json.JSONDecodeError) as error:
+        loads_json(text)
+    assert error.value.pos == text.index('7')
+
+
+@pytest.mark.parametrize('brackets', ['[]', '{}'])
+def test_the_nesting_too_deep_is_placed_in_the_value_that_failed_at_its_first_deepest_point(
+        brackets):
+    """Two branches of one value reach the same depth: the first is the fault. A deeper value
+    after it is another value, not read."""
+    def nested(depth):
+        if brackets == '[]':
+            return '[' * depth + ']' * depth
+        return '{"a": ' * depth + '1' + '}' * depth
+
+    depth = 100_000
+    failed = f'[{nested(depth)}, {nested(depth)}]'
+    with pytest.raises(json.JSONDecodeError) as error:
+        loads_json(f'{failed} {nested(depth + 5)}')
+    step = 1 if brackets == '[]' else len('{"a": ')  # from one opening bracket to the next
+    assert (error.value.msg, error.value.pos) == (
+        f"a value nesting arrays and objects {depth + 1} levels deep, deeper than Python's JSON "
+        'reader follows', 1 + (depth - 1) * step)
+
+
+def test_the_first_lone_surrogate_of_the_document_is_named():
+    assert lone_surrogate({'a': ['\ud83d', '\ude00'], 'b': '\ud83d'}, 'r.json') == (
+        "r.json['a'][0] holds '\\ud83d' at character 0, half of a UTF-16 surrogate pair")
+
+
+def test_a_file_whose_bytes_are_utf8_when_read_again_is_said_to_have_changed(tmp_path):
+    (tmp_path / 'a.json').write_text('{"a": "café"}', encoding='utf-8')
+    assert first_invalid_utf8(tmp_path / 'a.json') == 'it changed as it was read'
