@@ -199,3 +199,30 @@ def test_parts_decoded_by_workers_equal_those_decoded_in_turn_and_start_them_onc
     torch.testing.assert_close(by_workers, in_turn, rtol=0, atol=0)
     assert loaders == [2]
     assert len(EncodingParts(tmp_path / 'by_workers', {}).files()) == 4
+
+
+def test_parts_keep_their_tokens_and_their_own_rows_and_only_part_files_are_parts(tmp_path):
+    """An embedding written from a view of a larger tensor saves its rows alone (torch.save
+    of a view saves the storage whole); a file whose name holds a part's name is no part; a
+    part cut by a kill is removed when the parts are read."""
+    parts = EncodingParts(tmp_path / 'parts', dict(num_frames=12))
+    gallery = torch.randn(10_000, 8)
+    parts.write(['a', 'b'], gallery[:2], tokens=[torch.ones(3, 4), torch.zeros(1, 4)])
+    parts.write(['c'], gallery[2:3])
+    assert (tmp_path / 'parts' / 'part-000001.pt').stat().st_size < 10_000 * 8 * 4 / 10
+    for name in ('extra.pt', 'part-000003.pt.bak', 'old-part-000004.pt'):
+        torch.save({'weights': torch.zeros(1)}, tmp_path / 'parts' / name)
+    (tmp_path / 'parts' / '.part-000003.pt.999999999.tmp').write_bytes(b'left by a kill')
+    assert [(ids, tokens) for ids, _, tokens in parts.parts()][1] == (['c'], None)
+    read = parts.read()
+    assert not (tmp_path / 'parts' / '.part-000003.pt.999999999.tmp').exists()
+    assert list(read) == ['a', 'b', 'c']
+    assert torch.equal(read['a'].embedding, gallery[0]) and read['c'].tokens is None
+    assert torch.equal(read['a'].tokens, torch.ones(3, 4))
+    assert torch.equal(read['b'].tokens, torch.zeros(1, 4))
+
+
+def test_of_several_values_encoded_otherwise_the_first_is_named(tmp_path):
+    EncodingParts(tmp_path, dict(num_frames=8, transform='a')).write(['a'], torch.eye(1, 2))
+    with pytest.raises(ValueError, match=' encoded with num_frames 8, this encoding has 12'):
+        next(EncodingParts(tmp_path, dict(num_frames=12, transform='b')).parts())

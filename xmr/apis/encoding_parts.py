@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
 from torch import Tensor
 
 from xmr.engine.checkpoint import read_checkpoint
@@ -101,9 +102,12 @@ class EncodingParts:
         if self._last_part is None:
             self._last_part = max((int(_PART_NAME.match(path.name)[1]) for path in self.files()),
                                   default=0)
+        # A copy: torch.save writes a view's whole storage (a part cut from a gallery's rows
+        # saved all of them), and .contiguous() leaves a row slice the view it is.
         path = atomic_torch_save(dict(format=PART_FORMAT, encoded_by=self.encoded_by,
                                       media_ids=list(media_ids),
-                                      embeddings=embeddings.contiguous(),
+                                      embeddings=embeddings.clone(
+                                          memory_format=torch.contiguous_format),
                                       tokens=None if tokens is None else list(tokens)),
                                  self.folder / f'part-{self._last_part + 1:06d}.pt')
         self._last_part += 1
