@@ -6,6 +6,7 @@ import torch
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.backbones.test_cclm import TOKENIZER_FILE, needs_tokenizer
 from tests.models.backbones.test_cclm import tiny_cfg as cclm_tiny_cfg
+from xmr.models.data_preprocessor import RetrievalDataPreprocessor
 from xmr.registry import MODELS
 
 
@@ -128,3 +129,81 @@ def test_media_are_scaled_from_uint8_by_hand_and_float_media_are_refused():
         with pytest.raises(ValueError, match=r"the batch's media are torch.float32, not uint8 "
                                              r'\[..., 3, H, W\] in 0..255'):
             preprocessor(dict(media=given, source_text=['a'] * 2), True)
+
+
+class RecordingTokenizer:
+    """A tokenizer that returns what it read: ``(its name, text, language)`` per caption."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, texts, langs=None):
+        return [(self.name, text, lang) for text, lang in zip(texts, langs)]
+
+    evaluation_batch = __call__
+
+
+def _bound(mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 1.0), target=True,
+           source_language='en') -> RetrievalDataPreprocessor:
+    preprocessor = RetrievalDataPreprocessor()
+    target_tokenizer = RecordingTokenizer('target') if target else None
+    preprocessor.bind(RecordingTokenizer('source'), target_tokenizer, mean, std, source_language)
+    return preprocessor
+
+
+def test_media_are_normalised_with_the_bound_mean_and_std_each_in_its_channel():
+    """0, 255 and 51 in channel 0 (mean 0.5, std 0.5) are -1, 1 and -0.6; in channel 1 (mean
+    and std 0.25) -1, 3 and -0.2; 51 in channel 2 (mean 0, std 1) is 0.2."""
+    media = torch.tensor([[[[0, 255, 51]], [[0, 255, 51]], [[51, 51, 51]]]], dtype=torch.uint8)
+    out = _bound().normalize_media(media)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out[0, :, 0], torch.tensor([[-1.0, 1.0, -0.6],
+                                                           [-1.0, 3.0, -0.2],
+                                                           [0.2, 0.2, 0.2]]))
+
+
+def test_media_come_out_on_the_statistics_device_in_the_model_s_dtype():
+    """A bf16 model meets bf16 media; the meta device stands in for a GPU."""
+    media = torch.randint(0, 256, (2, 4, 3, 2, 2), dtype=torch.uint8)
+    half = _bound().to(torch.bfloat16).normalize_media(media)
+    assert half.dtype == torch.bfloat16 and half.shape == (2, 4, 3, 2, 2)
+    assert _bound().to('meta').normalize_media(media).device.type == 'meta'
+
+
+def test_media_for_a_text_only_backbone_are_refused_and_absent_media_are_skipped():
+    text_only = _bound(mean=None, std=None)
+    media = torch.zeros(1, 3, 2, 2, dtype=torch.uint8)
+    with pytest.raises(ValueError, match='the batch carries media but the model has a '
+                                         'text-only backbone'):
+        text_only(dict(media=media, source_text=['a']), True)
+    out = text_only(dict(media=None, source_text=['a']), True)
+    assert 'media' not in out and out['source_tokens'] == [('source', 'a', 'en')]
+
+
+def test_a_caption_in_the_source_language_goes_to_the_source_tokenizer_whatever_the_key():
+    """An English-target pair reads its English target with the source tokenizer; a model with
+    another source language (zh) writes that language; a model without a target branch names
+    the language it cannot read."""
+    out = _bound().tokenize(dict(target_text=['a dog'], lang=['en']))
+    assert out['target_tokens'] == [('source', 'a dog', 'en')] and out['langs'] == ['en']
+    chinese = _bound(source_language='zh').tokenize(dict(source_text=['一只猫'],
+                                                         target_text=['a cat'], lang=['en']))
+    assert chinese['source_tokens'] == [('source', '一只猫', 'zh')]
+    assert chinese['target_tokens'] == [('target', 'a cat', 'en')]
+    with pytest.raises(RuntimeError, match="no tokenizer bound for language 'de': the model has "
+                                           'no target-language branch'):
+        _bound(target=False).tokenize(dict(target_text=['ein Hund'], lang=['de']))
+
+
+def test_a_language_without_captions_in_the_batch_gets_no_group_and_owners_are_int64():
+    out = _bound().tokenize(dict(captions=[{'en': ['a'], 'de': []}, {'en': ['b', 'c']}]))
+    assert list(out['caption_tokens']) == ['en']
+    tokens, owner = out['caption_tokens']['en']
+    assert tokens == [('source', text, 'en') for text in 'abc']
+    assert owner.dtype == torch.int64 and owner.tolist() == [0, 1, 1]
+
+
+def test_media_keys_and_cached_features_pass_through_the_batch():
+    keys, features = torch.tensor([4, 9]), torch.randn(2, 5)
+    out = _bound()(dict(media_keys=keys, target_features=features), True)
+    assert torch.equal(out['media_keys'], keys) and torch.equal(out['target_features'], features)

@@ -71,3 +71,15 @@ def test_a_model_querying_with_back_translations_has_them_counted_for_its_target
     assert (counts['en'].captions, counts['en'].mean_tokens, counts['en'].cut) == (1, 4, 1)
     assert (counts['de'].captions, counts['de'].unknown, counts['de'].max_tokens) == (2, 0, 5)
     assert counts['de'].cut == 1
+
+
+def test_back_translation_owners_stay_on_the_host_as_caption_owners_do():
+    """Only the tokens go to the device (the meta device stands in for a GPU); the owners
+    order copies of the embeddings on the host."""
+    preprocessor = TranslationDataPreprocessor().to('meta')
+    preprocessor.bind(RecordingTokenizer('source'), RecordingTokenizer('target'), None, None,
+                      'en')
+    out = preprocessor(dict(back_translations=[{'de': ['a ring']}, {'de': ['a cat']}]), False)
+    tokens, owner = out['back_translation_tokens']['de']
+    assert tokens == [('target', 'a ring', 'en'), ('target', 'a cat', 'en')]
+    assert owner.device.type == 'cpu' and owner.tolist() == [0, 1]
