@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -308,6 +309,57 @@ def test_workers_ignore_the_signals_and_still_run_the_loaders_own_init():
     handler = signal.getsignal(signal.SIGTERM)
     preemption.workers_ignore(loader, [signal.SIGTERM])
     preemption.workers_ignore(loader, [signal.SIGTERM])  # a second phase on the same loader
+    assert loader.worker_init_fn.init is mark_worker  # wrapped once
     assert [tuple(item) for item in loader] == [(True, 'worker 0')] * 2
     assert signal.getsignal(signal.SIGTERM) is handler  # the main process's is its own
     assert 'XMR_TEST_WORKER_INIT' not in os.environ
+
+
+def stub_runner(iteration: int, hooks: list) -> SimpleNamespace:
+    """What :class:`~xmr.engine.hooks.preemption.PreemptionHook` reads of a runner after
+    ``iteration`` iterations; ``runner.warnings`` collects its log's warnings."""
+    warnings = []
+    return SimpleNamespace(iter=iteration, hooks=hooks, work_dir='work',
+                           train_loop=SimpleNamespace(stop_training=False), warnings=warnings,
+                           logger=SimpleNamespace(warning=warnings.append))
+
+
+def test_a_signal_only_another_rank_received_stops_this_rank_naming_the_signal(monkeypatch):
+    """Under DDP the exchange brings another rank's SIGTERM to a rank that noted none: it stops
+    at the same iteration and names the signal as that rank does."""
+    monkeypatch.setattr(preemption, 'max_over_ranks', lambda value: signal.SIGTERM)
+    hook = preemption.PreemptionHook()
+    runner = stub_runner(2, hooks=[hook])
+    hook.after_train_iter(runner, batch_idx=2)
+    assert runner.train_loop.stop_training
+    assert (hook.received, hook.stopped_by) == (signal.SIGTERM, signal.SIGTERM)
+    assert runner.warnings == ['SIGTERM received: stopped after iteration 3 (no CheckpointHook: '
+                               'nothing was saved)']
+
+
+def test_under_ddp_the_ranks_wait_for_the_main_process_s_checkpoint_on_the_host_group(
+        monkeypatch):
+    """A rank that ends at once exits 143, and its launcher stops the others, the main process
+    perhaps before its file is in place: the ranks meet on the host's group after the save."""
+    events = []
+    saver = CheckpointHook(interval=100, by_epoch=False)
+    monkeypatch.setattr(saver, 'save_interim_checkpoint',
+                        lambda runner, iterations: events.append(('saved', iterations)))
+    monkeypatch.setattr(preemption, 'is_distributed', lambda: True)
+    monkeypatch.setattr(preemption, 'max_over_ranks', lambda value: value)
+    monkeypatch.setattr(preemption, 'host_group', lambda: 'the host group')
+    monkeypatch.setattr(preemption.dist, 'barrier',
+                        lambda group=None: events.append(('barrier', group)))
+    hook = preemption.PreemptionHook()
+    hook.received = signal.SIGTERM
+    runner = stub_runner(2, hooks=[saver, hook])
+    hook.after_train_iter(runner, batch_idx=2)
+    assert events == [('saved', 3), ('barrier', 'the host group')]
+    assert runner.train_loop.stop_training
+
+
+def test_a_loader_without_workers_keeps_its_worker_init():
+    """Its batches are read in the main process, which handles the signals itself."""
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2, num_workers=0)
+    preemption.workers_ignore(loader, [signal.SIGTERM])
+    assert loader.worker_init_fn is None
