@@ -346,3 +346,84 @@ def test_the_buffers_of_trained_modules_go_back_with_their_weights_and_others_st
     assert model.adapter.weight.tolist() == model.adapter.running_mean.tolist() == [4, 4]
     assert model.frozen.weight.tolist() == model.frozen.running_mean.tolist() == [8, 8]
     assert model.loss.pairs_seen.item() == 8
+
+
+def test_no_phase_starting_from_a_best_asks_for_no_validation():
+    """A run without start_from_best needs no val_dataloader, and keeps no weights."""
+    before, after = Phase.from_config(1, PHASES[1]), Phase.from_config(2, PHASES[2])
+    best = PhaseBest([before, after])
+    best.check_validated(False, 0, False)
+    assert best.pairs == []
+
+
+def test_partial_files_of_a_killed_run_are_removed_by_the_main_process_alone(tmp_path,
+                                                                             monkeypatch):
+    """``.<name>.<pid>.tmp`` of no running process (pid 0), a best's write cut short."""
+    from xmr.engine import phase_best
+
+    partial = tmp_path / 'phase_best' / '.cross_lingual_iter_4.pth.0.tmp'
+    partial.parent.mkdir()
+    partial.write_bytes(b'half a file')
+    warnings = []
+    runner = SimpleNamespace(work_dir=str(tmp_path), logger=SimpleNamespace(
+        warning=warnings.append))
+    best = PhaseBest([Phase.from_config(1, PHASES[1]), Phase.from_config(2, PHASES[2])])
+    monkeypatch.setattr(phase_best, 'is_main_process', lambda: False)
+    best.remove_partial_files(runner)
+    assert partial.is_file() and warnings == []
+    monkeypatch.setattr(phase_best, 'is_main_process', lambda: True)
+    best.remove_partial_files(runner)
+    assert not partial.exists()
+    assert warnings == [f'removed {partial}, a partial file of an interrupted run']
+
+
+def test_a_relative_work_dir_records_the_best_s_absolute_path(tmp_path, monkeypatch):
+    """A fork, resumed from another directory, reads the file the checkpoint records."""
+    from mmengine.logging import MessageHub
+
+    monkeypatch.chdir(tmp_path)
+    before = Phase.from_config(1, PHASES[1])
+    runner = SimpleNamespace(message_hub=MessageHub('relative'), work_dir='work',
+                             model=torch.nn.Linear(2, 1),
+                             logger=SimpleNamespace(info=lambda message: None))
+    PhaseBest([before, Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))]).record(
+        runner, before, {'mAR': 0.5}, 4)
+    assert runner.message_hub.get_info('phase_best/cross_lingual')['path'] == str(
+        (tmp_path / 'work' / 'phase_best' / 'cross_lingual_iter_4.pth').resolve())
+
+
+def test_a_rank_reads_the_best_only_after_the_barrier_the_main_process_writes_it_before(
+        tmp_path, monkeypatch):
+    """On a rank other than the main process the file is in place once the barrier returns."""
+    from mmengine.logging import MessageHub
+
+    from xmr.engine import phase_best
+
+    before = Phase.from_config(1, PHASES[1])
+    after = Phase.from_config(2, dict(PHASES[2], start_from_best='mAR'))
+    path = PhaseBest.path(tmp_path, before, 4)
+    hub = MessageHub('barrier')
+    hub.update_info('phase_best/cross_lingual', dict(score=0.5, iteration=4, path=str(path)))
+
+    def main_process_writes_meanwhile() -> None:
+        path.parent.mkdir()
+        torch.save({'bias': torch.full((1,), 4.0)}, path)
+
+    monkeypatch.setattr(phase_best, 'barrier', main_process_writes_meanwhile)
+    monkeypatch.setattr(phase_best, 'is_main_process', lambda: False)
+    model = torch.nn.Linear(2, 1)
+    runner = SimpleNamespace(message_hub=hub, work_dir=str(tmp_path), model=model,
+                             logger=SimpleNamespace(info=lambda message: None))
+    PhaseBest([before, after]).restore(runner, before, after)
+    assert model.bias.item() == 4.0
+
+
+def test_the_trained_state_leaves_out_frozen_parameters_and_buffers_of_modules_training_nothing():
+    """The adapter trains its weight, not its bias; the model itself holds no parameter, only a
+    buffer (a step counter), though a module inside it trains."""
+    from xmr.engine.phase_best import trained_state
+
+    model = torch.nn.ModuleDict(dict(adapter=torch.nn.Linear(2, 2)))
+    model.adapter.bias.requires_grad_(False)
+    model.register_buffer('steps', torch.zeros((), dtype=torch.long))
+    assert sorted(trained_state(model)) == ['adapter.weight']
