@@ -188,6 +188,25 @@ def test_a_run_driven_from_another_thread_keeps_the_sigterm_handler():
     assert signal.getsignal(signal.SIGTERM) is handler
 
 
+
+def test_the_handler_is_handed_back_once():
+    """A failure after training had ended (a later hook's ``after_train``) must not hand back
+    the handler again over one installed since."""
+    hook = preemption.PreemptionHook()
+    handler = signal.getsignal(signal.SIGTERM)
+    hook.before_train(runner=None)
+    hook.after_train(runner=None)
+
+    def installed_since(number, frame) -> None:
+        pass
+
+    signal.signal(signal.SIGTERM, installed_since)
+    try:
+        hook.after_failed_train(runner=None)
+        assert signal.getsignal(signal.SIGTERM) is installed_since
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+
 @HOOKS.register_module(force=True)
 class SignalTheJobDuringValidationHook(Hook):
     """Sends SIGTERM to this process and its children (the validation's DataLoader workers) as
