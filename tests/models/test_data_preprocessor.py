@@ -6,6 +6,7 @@ import torch
 from tests.conftest import tiny_backbone_cfg, tiny_branch_cfg
 from tests.models.backbones.test_cclm import TOKENIZER_FILE, needs_tokenizer
 from tests.models.backbones.test_cclm import tiny_cfg as cclm_tiny_cfg
+from tests.models.test_translation_data_preprocessor import RecordingTokenizer
 from xmr.models.data_preprocessor import RetrievalDataPreprocessor
 from xmr.registry import MODELS
 
@@ -129,18 +130,6 @@ def test_media_are_scaled_from_uint8_by_hand_and_float_media_are_refused():
         with pytest.raises(ValueError, match=r"the batch's media are torch.float32, not uint8 "
                                              r'\[..., 3, H, W\] in 0..255'):
             preprocessor(dict(media=given, source_text=['a'] * 2), True)
-
-
-class RecordingTokenizer:
-    """A tokenizer that returns what it read: ``(its name, text, language)`` per caption."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, texts, langs=None):
-        return [(self.name, text, lang) for text, lang in zip(texts, langs)]
-
-    evaluation_batch = __call__
 
 
 def _bound(mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 1.0), target=True,
