@@ -188,7 +188,6 @@ def test_a_run_driven_from_another_thread_keeps_the_sigterm_handler():
     assert signal.getsignal(signal.SIGTERM) is handler
 
 
-
 def test_the_handler_is_handed_back_once():
     """A failure after training had ended (a later hook's ``after_train``) must not hand back
     the handler again over one installed since."""
@@ -206,6 +205,7 @@ def test_the_handler_is_handed_back_once():
         assert signal.getsignal(signal.SIGTERM) is installed_since
     finally:
         signal.signal(signal.SIGTERM, handler)
+
 
 @HOOKS.register_module(force=True)
 class SignalTheJobDuringValidationHook(Hook):
