@@ -181,6 +181,18 @@ def test_parts_are_numbered_on_from_the_folder_read_once(tmp_path, monkeypatch):
     assert [path.name for path in EncodingParts.files(parts)] == ['part-000001.pt']
 
 
+def test_parts_past_the_millionth_are_read_in_the_order_written(tmp_path):
+    """Part names have six digits at least: by name, part-1000000.pt came before
+    part-999999.pt, and an earlier part's rows replaced a later one's."""
+    parts = EncodingParts(tmp_path, {})
+    parts.write(['a'], torch.zeros(1, 2))
+    (tmp_path / 'part-000001.pt').rename(tmp_path / 'part-999999.pt')
+    parts = EncodingParts(tmp_path, {})
+    parts.write(['a'], torch.ones(1, 2))
+    assert [path.name for path in parts.files()] == ['part-999999.pt', 'part-1000000.pt']
+    assert torch.equal(parts.read()['a'].embedding, torch.ones(2))
+
+
 def test_parts_decoded_by_workers_equal_those_decoded_in_turn_and_start_them_once(
         model, image_files, tmp_path, monkeypatch):
     loaders = []

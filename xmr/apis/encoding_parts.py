@@ -54,7 +54,10 @@ class EncodingParts:
         """The part files, in the order they were written."""
         if not self.folder.is_dir():
             return []
-        return sorted(path for path in self.folder.iterdir() if _PART_NAME.match(path.name))
+        # By number, not name: part-1000000.pt sorts before part-999999.pt as a string.
+        numbered = {path: int(match[1]) for path in self.folder.iterdir()
+                    if (match := _PART_NAME.match(path.name))}
+        return sorted(numbered, key=numbered.__getitem__)
 
     def parts(self) -> Iterator[tuple[list[str], Tensor, list[Tensor] | None]]:
         """Each part saved so far, in the order written, read when its turn comes (one part
