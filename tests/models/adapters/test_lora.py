@@ -191,6 +191,11 @@ def test_a_dropout_that_drops_every_input_is_refused():
         LoRA(AdapterPlacement(8, 'attn.out'), targets=['out'], dropout=1.0)
 
 
+def test_an_alpha_of_zero_which_would_never_update_the_model_is_refused():
+    with pytest.raises(ValueError, match='LoRA alpha=0 scales the update to zero'):
+        LoRA(AdapterPlacement(8, 'attn.out'), r=4, alpha=0, targets=['out'])
+
+
 def test_lora_targets_draw_independent_dropout_masks():
     """peft (and the paper) wrap q and v as separate projections, each with its own dropout:
     with equal (A, B) for both, their deltas differ in training mode, agree in eval mode."""

@@ -54,8 +54,8 @@ class LoRA(BaseAdapter):
     Args:
         placement: where the instance sits (:class:`AdapterPlacement`).
         r: rank.
-        alpha: scale numerator; the update is multiplied by ``alpha / r`` (default ``r``: scale
-            1). PECTVLM: ``r = 1``, ``alpha = 16``.
+        alpha: scale numerator, nonzero; the update is multiplied by ``alpha / r`` (default
+            ``r``: scale 1). PECTVLM: ``r = 1``, ``alpha = 16``.
         dropout: dropout on the input of the low-rank path.
         targets: projections to update: ``q``, ``k``, ``v``, ``out`` (attention), ``fc``,
             ``proj`` (MLP). Default ``('q', 'v')``, the LoRA paper's and PECTVLM's choice.
@@ -73,6 +73,9 @@ class LoRA(BaseAdapter):
         r = self.positive_option('r', r)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f'LoRA dropout must be in [0, 1), got {dropout}')
+        if alpha == 0:
+            raise ValueError('LoRA alpha=0 scales the update to zero, so training never changes '
+                             'the model: give a nonzero alpha (leave it out for r, scale 1)')
         self.r = r
         self.alpha = float(r if alpha is None else alpha)
         self.scale = self.alpha / r
