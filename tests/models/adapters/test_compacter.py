@@ -150,3 +150,57 @@ def test_bad_sizes_name_the_numbers():
         CompacterAdapter(AdapterPlacement(32, 'mlp.output'), reduction_factor=5)
     with pytest.raises(ValueError, match='in_features=6 is not divisible by phm_dim=4'):
         PHMLinear(6, 8)
+
+
+def test_the_adapter_is_x_plus_up_of_the_tanh_gelu_of_down_and_records_its_activation():
+    """OpenDelta's default ``gelu_new`` is GELU's tanh approximation, written out here."""
+    torch.manual_seed(0)
+    adapter = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2)
+    with torch.no_grad():
+        adapter.down.bias.fill_(-0.5)  # negative inputs, where the two GELUs differ most
+    x = torch.randn(2, 3, 16)
+    h = x @ adapter.down.weight() + adapter.down.bias
+    gelu_tanh = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    expected = x + gelu_tanh @ adapter.up.weight() + adapter.up.bias
+    torch.testing.assert_close(adapter(x, AdapterContext(lang='de')), expected)
+    assert adapter.settings() == dict(activation='gelu_new')
+    relu = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2,
+                            activation='relu')
+    relu.load_state_dict(adapter.state_dict())
+    assert relu.settings() == dict(activation='relu')
+    torch.testing.assert_close(relu(x, AdapterContext(lang='de')),
+                               x + h.relu() @ adapter.up.weight() + adapter.up.bias)
+
+
+def test_every_weight_of_the_adapter_learns_biases_included():
+    adapter = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2)
+    adapter(torch.randn(2, 3, 16), AdapterContext(lang='de')).square().sum().backward()
+    assert {name for name, p in adapter.named_parameters()
+            if p.grad is None or not p.grad.any()} == set()
+    assert len(list(adapter.parameters())) == 8  # a rule, two factors and a bias per layer
+
+
+def test_the_initialisation_options_reach_every_factor_and_rule():
+    """``factor_init``/``init_std`` set both factors of both layers, ``rule_init_std`` every
+    rule: a layer's own, an instance's shared one and the adapter set's shared one."""
+    torch.manual_seed(0)
+    normal = CompacterAdapter(AdapterPlacement(512, 'mlp.output'), reduction_factor=2,
+                              factor_init='normal', init_std=0.05, rule_init_std=0.5)
+    for layer in (normal.down, normal.up):
+        for factor in (layer.left, layer.right):
+            assert factor.std().item() == pytest.approx(0.05, rel=0.2)
+        assert layer.rule.rule.std().item() == pytest.approx(0.5, rel=0.3)
+    shared = CompacterAdapter(AdapterPlacement(16, 'mlp.output'), reduction_factor=2,
+                              share_rule=True, rule_init_std=0.5)
+    assert shared.own_rule.rule.std().item() == pytest.approx(0.5, rel=0.3)
+    built = CompacterAdapter.build_shared(16, share_rule=True, rule_init_std=0.5)
+    assert built.rule.std().item() == pytest.approx(0.5, rel=0.3)
+    assert CompacterAdapter.build_shared(16) is None
+    assert PHMRule(4, init_std=0.5).rule.std().item() == pytest.approx(0.5, rel=0.3)
+
+
+def test_a_shared_rule_of_another_n_and_an_output_n_does_not_divide_are_refused():
+    with pytest.raises(ValueError, match='shared PHM rule has n=2, the layer n=4'):
+        PHMLinear(8, 8, phm_dim=4, rule=PHMRule(2))
+    with pytest.raises(ValueError, match='out_features=6 is not divisible by phm_dim=4'):
+        PHMLinear(8, 6)
