@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -55,6 +57,22 @@ def test_trainable_hard_prompt_starts_from_the_text_embeddings():
     assert [n for n, _ in branch.named_parameters()] == ['adapters.sets.de.-1:input.prompt']
 
 
+def test_a_context_without_an_eos_index_to_move_is_refused():
+    ctx = AdapterContext(lang='de', attention_mask=torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match='a prompt needs ctx.attention_mask and ctx.eos_index'):
+        insert_after_start(torch.zeros(1, 3, 2), torch.ones(1, 2), ctx)
+
+
+def test_an_fp32_prompt_joins_bf16_tokens_as_bf16():
+    """Under autocast the tower's tokens are bf16 and the prompt's weights fp32: the sequence
+    stays bf16, as it would without a prompt."""
+    ctx = AdapterContext(lang='de', attention_mask=torch.ones(1, 2, dtype=torch.bool),
+                         eos_index=torch.tensor([1]))
+    prompt = torch.tensor([[1.0 + 2 ** -12]])  # not a bf16 number: rounded to 1
+    out = insert_after_start(torch.full((1, 2, 1), 3.0, dtype=torch.bfloat16), prompt, ctx)
+    assert out.dtype == torch.bfloat16 and out[0, :, 0].tolist() == [3.0, 1.0, 3.0]
+
+
 def test_a_soft_prompt_never_attached_goes_after_one_start_token():
     """Built alone (no branch to read the tokenizer's start tokens from), a soft prompt keeps
     the first token, the start token of the CLIP and XLM-R tokenizers, in front."""
@@ -69,10 +87,13 @@ def test_a_soft_prompt_never_attached_goes_after_one_start_token():
 
 
 def test_soft_prompt_initialisation_and_size():
+    """PECTVLM's defaults: 4 vectors drawn from N(0, 0.02)."""
     torch.manual_seed(0)
-    prompt = SoftPrompt(AdapterPlacement(64), num_tokens=4, init_std=0.02)
-    assert prompt.prompt.shape == (4, 64)
-    assert prompt.prompt.std().item() == pytest.approx(0.02, rel=0.3)
+    prompt = SoftPrompt(AdapterPlacement(512))
+    assert prompt.prompt.shape == (4, 512) and prompt.num_tokens == 4
+    assert prompt.prompt.std().item() == pytest.approx(0.02, rel=0.1)
+    wide = SoftPrompt(AdapterPlacement(512), num_tokens=2, init_std=0.5)
+    assert wide.prompt.std().item() == pytest.approx(0.5, rel=0.1)
     with pytest.raises(ValueError,
                        match='adapter SoftPrompt: num_tokens=0 must be a positive integer'):
         SoftPrompt(AdapterPlacement(8), num_tokens=0)
@@ -102,6 +123,23 @@ def test_unattached_hard_prompt_and_two_prompts_are_refused():
         build_clip_branch([dict(type='SoftPrompt'), dict(type='HardPrompt', text='a photo')])
 
 
+def test_a_frozen_hard_prompt_holds_no_weights_or_ids_of_its_own():
+    """It borrows the tower's frozen embedding and keeps its ids out of the state dict: a
+    checkpoint of the branch holds nothing of it (its text is in its settings)."""
+    _, branch = build_clip_branch(dict(type='HardPrompt', text='a photo of'), languages=['de'])
+    prompt = branch.adapters.sets['de']['-1:input']
+    assert prompt.num_tokens == 3
+    assert list(prompt.state_dict()) == [] and list(branch.adapters.state_dict()) == []
+
+
+def test_a_blank_prompt_text_and_one_of_no_pieces_are_refused():
+    with pytest.raises(ValueError, match="a hard prompt needs a non-empty text, got ' '"):
+        HardPrompt(AdapterPlacement(8), text=' ')
+    no_pieces = SimpleNamespace(pieces=lambda text: [], start_tokens=1)
+    with pytest.raises(ValueError, match="hard prompt '…' tokenises to no token between"):
+        HardPrompt(AdapterPlacement(8), text='…').attach(no_pieces, torch.nn.Embedding(4, 8))
+
+
 def test_a_frozen_hard_prompt_records_its_text_in_its_settings_and_a_trainable_one_nothing():
     """A frozen prompt embeds its text at every forward, so the text is what it computes with
     (a checkpoint records it); a trainable one's text only initialised its weights."""
@@ -115,7 +153,6 @@ def test_a_hard_prompt_shows_its_text_and_whether_it_trains_in_the_model_tree():
     """Printing a model names each hard prompt's text, trainable or not."""
     prompt = HardPrompt(AdapterPlacement(8), text='ein Foto von', trainable=True)
     assert repr(prompt) == "HardPrompt(text='ein Foto von', trainable=True)"
-
 
 
 def _xlmr_tokenizer(shared_data, tmp_path, start_token: bool):
