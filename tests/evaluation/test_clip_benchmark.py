@@ -158,3 +158,46 @@ def test_a_json_file_python_cannot_read_beside_the_records_is_not_taken_for_one(
     (tmp_path / 'long.json').write_text('{"n": ' + '7' * 5000 + '}', encoding='utf-8')
     (tmp_path / 'deep.json').write_text('[' * 100_000 + ']' * 100_000, encoding='utf-8')
     assert clip_benchmark_files(tmp_path) == [path]
+
+
+def test_each_whole_set_protocol_is_written_under_clip_benchmarks_dataset_name():
+    scored = [ScoredDataset('coco', 'mscoco', 'coco_5k'),
+              ScoredDataset('video', 'msrvtt', 'text_to_video')]
+    metrics = {'coco/en/t2i_R@1': 30.0, 'coco/en/i2t_R@1': 40.0, 'video/en/t2i_R@1': 20.0}
+    records = clip_benchmark_records(metrics, scored, 'm', 'p')
+    assert [(r['dataset'], r['language'], r['metrics']) for r in records] == [
+        ('mscoco_captions', 'en', {'image_retrieval_recall@1': 0.3,
+                                   'text_retrieval_recall@1': 0.4}),
+        ('msrvtt', 'en', {'image_retrieval_recall@1': 0.2})]
+
+
+def test_recalls_at_10_follow_recalls_at_5_as_clip_benchmark_orders_them():
+    metrics = {f'x/de/{d}_R@{k}': float(k) for k in (10, 5, 1) for d in ('i2t', 't2i')}
+    [record] = clip_benchmark_records(metrics, [ScoredDataset('x', 'xtd200', 'xtd200')], 'm', 'p')
+    assert list(record['metrics'].items()) == [
+        ('image_retrieval_recall@1', 0.01), ('text_retrieval_recall@1', 0.01),
+        ('image_retrieval_recall@5', 0.05), ('text_retrieval_recall@5', 0.05),
+        ('image_retrieval_recall@10', 0.1), ('text_retrieval_recall@10', 0.1)]
+
+
+def test_an_unprefixed_metric_takes_no_key_of_a_prefixed_one():
+    """Without a prefix, a metric's keys are ``{lang}/{statistic}``: another metric's
+    ``pooled/sw/t2i_R@1`` and its summary ``pooled/t2i_R@1_sum`` are not its languages."""
+    scored = [ScoredDataset('', 'xtd200', 'xtd200'),
+              ScoredDataset('pooled', 'flickr30k_200', 'flickr30k_200')]
+    metrics = {'sw/t2i_R@1': 50.0, 't2i_R@1_sum': 50.0, 'pooled/sw/t2i_R@1': 25.0,
+               'pooled/t2i_R@1_sum': 25.0}
+    records = clip_benchmark_records(metrics, scored, 'm', 'p')
+    assert [(r['dataset'], r['language'], r['metrics']) for r in records] == [
+        ('xtd200', 'swh_Latn', {'image_retrieval_recall@1': 0.5}),
+        ('flickr30k-200', 'swh_Latn', {'image_retrieval_recall@1': 0.25})]
+
+
+def test_two_datasets_clip_benchmark_names_alike_are_refused_naming_the_file():
+    scored = [ScoredDataset('a', 'xtd10', 'standard'),
+              ScoredDataset('b', 'multilingual_mscoco_captions', 'standard')]
+    metrics = {'a/de/t2i_R@1': 50.0, 'b/de/t2i_R@1': 40.0}
+    with pytest.raises(ValueError, match="test metrics 'a' and 'b' both give "
+                       'multilingual_mscoco_captions_p_m_de_zeroshot_retrieval.json; keep one '
+                       'metric per dataset and language'):
+        clip_benchmark_records(metrics, scored, 'm', 'p')
