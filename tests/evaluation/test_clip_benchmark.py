@@ -1,5 +1,6 @@
 """CLIP_benchmark's JSON records from xmr's metric keys."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,7 @@ from xmr.evaluation.clip_benchmark import (
     clip_benchmark_filename,
     clip_benchmark_files,
     clip_benchmark_records,
+    clip_benchmark_texts,
     comparable_entries,
     write_clip_benchmark,
 )
@@ -201,3 +203,42 @@ def test_two_datasets_clip_benchmark_names_alike_are_refused_naming_the_file():
                        'multilingual_mscoco_captions_p_m_de_zeroshot_retrieval.json; keep one '
                        'metric per dataset and language'):
         clip_benchmark_records(metrics, scored, 'm', 'p')
+
+
+def test_scored_datasets_name_a_dataset_without_metainfo_by_its_class_and_skip_other_metrics():
+    from types import SimpleNamespace
+
+    from xmr.evaluation import RetrievalMetric, scored_datasets
+
+    class PlainSet:
+        pass
+
+    dumper = SimpleNamespace(prefix='dump')  # a metric of no retrieval protocol
+    loop = SimpleNamespace(dataloader=SimpleNamespace(dataset=PlainSet()),
+                           evaluator=SimpleNamespace(metrics=[
+                               dumper, RetrievalMetric(prefix='sw', languages=['swh_Latn'])]))
+    assert scored_datasets(loop) == [
+        ScoredDataset('sw', 'PlainSet', 'standard', languages=('sw',))]
+
+
+def test_a_file_without_every_field_a_list_or_not_json_is_not_a_record(tmp_path):
+    record = {'dataset': 'xtd200', 'model': 'm', 'pretrained': 'p', 'task': 'zeroshot_retrieval',
+              'metrics': {'image_retrieval_recall@1': 0.5}, 'language': 'swh_Latn'}
+    paths = write_clip_benchmark([record, dict(record, language='fra_Latn'),
+                                  dict(record, language='deu_Latn')], tmp_path)
+    no_language = {key: value for key, value in record.items() if key != 'language'}
+    (tmp_path / 'no_language.json').write_text(json.dumps(no_language), encoding='utf-8')
+    (tmp_path / 'list.json').write_text(json.dumps([record]), encoding='utf-8')
+    (tmp_path / 'record.txt').write_text(json.dumps(record), encoding='utf-8')
+    assert clip_benchmark_files(tmp_path) == sorted(paths)
+
+
+def test_a_record_file_is_one_line_of_utf8_json():
+    record = {'dataset': 'xtd200', 'model': 'modèle', 'pretrained': 'p',
+              'task': 'zeroshot_retrieval', 'metrics': {'image_retrieval_recall@1': 0.5},
+              'language': 'swh_Latn'}
+    assert clip_benchmark_texts([record], 'out') == {
+        Path('out/xtd200_p_modèle_swh_Latn_zeroshot_retrieval.json'):
+        '{"dataset": "xtd200", "model": "modèle", "pretrained": "p", '
+        '"task": "zeroshot_retrieval", "metrics": {"image_retrieval_recall@1": 0.5}, '
+        '"language": "swh_Latn"}\n'}
