@@ -218,3 +218,28 @@ def test_missing_pairs_say_how_to_get_them(ann_file):
                        'drop them from target_langs$'):
         CaptionPairDataset(ann_file, target_langs=['ja'], target_field='captions',
                            transform=TINY)
+
+
+def test_an_annotation_without_source_lang_is_refused_naming_the_file(tmp_path):
+    dump_annotation(Annotation(dataset='demo', split='test', media_type='text',
+                               languages=['en', 'de'],
+                               items=[MediaRecord('a', None, {'en': ['a dog'],
+                                                              'de': ['ein Hund']})]),
+                    tmp_path / 'ann.json')
+    with pytest.raises(ValueError, match=f'{tmp_path / "ann.json"} names no source_lang; '
+                       'training pairs need one'):
+        CaptionPairDataset(tmp_path / 'ann.json', target_field='captions')
+
+
+@pytest.mark.parametrize('field', ['back_translations', 'caption'])
+def test_a_target_field_other_than_translations_or_captions_is_refused_naming_it(ann_file, field):
+    with pytest.raises(ValueError, match=r"target_field must be one of \('translations', "
+                       rf"'captions'\), got '{field}'"):
+        CaptionPairDataset(ann_file, target_field=field, transform=TINY)
+
+
+def test_source_only_items_refuse_translated_texts(ann_file):
+    with pytest.raises(ValueError, match='source_only items have no target language to '
+                       'translate; drop translated_texts'):
+        CaptionPairDataset(ann_file, source_only=True, translated_texts=['source_to_target'],
+                           with_media=False, transform=TINY)
