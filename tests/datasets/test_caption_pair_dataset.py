@@ -243,3 +243,37 @@ def test_source_only_items_refuse_translated_texts(ann_file):
                        'translate; drop translated_texts'):
         CaptionPairDataset(ann_file, source_only=True, translated_texts=['source_to_target'],
                            with_media=False, transform=TINY)
+
+
+def test_item_languages_are_positions_in_target_langs_and_minus_one_without_targets(ann_file):
+    pairs = CaptionPairDataset(ann_file, with_media=False, transform=TINY)
+    assert pairs.item_languages().tolist() == [0, 1, 0, 1, 0, 1]
+    source = CaptionPairDataset(ann_file, source_only=True, with_media=False, transform=TINY)
+    assert source.item_languages().dtype == np.int16
+    assert source.item_languages().tolist() == [-1, -1, -1]
+
+
+def test_a_record_of_hundreds_of_captions_pairs_each_with_its_own(tmp_path):
+    english = [f'dog {k}' for k in range(300)]
+    german = [f'Hund {k}' for k in range(300)]
+    dump_annotation(Annotation(dataset='demo', split='train', media_type='text',
+                               languages=['en', 'de'], source_lang='en',
+                               items=[MediaRecord('a', None, {'en': ['a cat'], 'de': ['Katze']}),
+                                      MediaRecord('b', None, {'en': english, 'de': german})]),
+                    tmp_path / 'ann.json')
+    dataset = CaptionPairDataset(tmp_path / 'ann.json', target_field='captions')
+    assert [(dataset[i]['source_text'], dataset[i]['target_text'])
+            for i in range(len(dataset))] == [('a cat', 'Katze'), *zip(english, german)]
+
+
+def test_an_unreadable_image_under_skip_gives_the_items_marker(ann_file):
+    from xmr.datasets import MediaSkippedWarning, SkippedMedia
+
+    (ann_file.parent / 'b.png').write_bytes(b'not a png')
+    dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
+                                 on_corrupt='skip')
+    with pytest.warns(MediaSkippedWarning, match='skipping item 5: '):
+        marker = dataset[5]
+    assert isinstance(marker, SkippedMedia)
+    assert (marker.index, marker.media_path) == (5, str(ann_file.parent / 'b.png'))
+    assert dataset[3]['media_id'] == 'a'
