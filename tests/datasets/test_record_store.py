@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import gc
+import pickle
 import tracemalloc
 from functools import partial
 
+import numpy as np
 import pytest
 
 from xmr.datasets import (
@@ -118,3 +120,12 @@ def test_loading_packed_never_holds_every_record_as_objects(tmp_path):
             partial(load_annotation, tmp_path / 'ann.json', items=container))
         assert loaded.items[4999] == items[4999]
     assert peaks['packed'] < peaks['list'] / 2, peaks
+
+
+def test_offsets_are_int64_bounds_of_each_records_bytes():
+    store = RecordStore(RECORDS)
+    assert store.offsets.dtype == np.int64 and store.buffer.dtype == np.uint8
+    sizes = [len(pickle.dumps(tuple(vars(record).values()), protocol=pickle.HIGHEST_PROTOCOL))
+             for record in RECORDS]
+    assert store.offsets.tolist() == [0, *np.cumsum(sizes).tolist()]
+    assert store.buffer.size == sum(sizes)
