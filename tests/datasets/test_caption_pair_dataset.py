@@ -10,6 +10,8 @@ from xmr.datasets import (
     Annotation,
     CaptionPairDataset,
     MediaRecord,
+    MediaSkippedWarning,
+    SkippedMedia,
     dump_annotation,
     retrieval_collate,
 )
@@ -267,8 +269,6 @@ def test_a_record_of_hundreds_of_captions_pairs_each_with_its_own(tmp_path):
 
 
 def test_an_unreadable_image_under_skip_gives_the_items_marker(ann_file):
-    from xmr.datasets import MediaSkippedWarning, SkippedMedia
-
     (ann_file.parent / 'b.png').write_bytes(b'not a png')
     dataset = CaptionPairDataset(ann_file, data_root=ann_file.parent, transform=TINY,
                                  on_corrupt='skip')

@@ -1,9 +1,11 @@
 """CLIP_benchmark's JSON records from xmr's metric keys."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from xmr.evaluation import RetrievalMetric, scored_datasets
 from xmr.evaluation.clip_benchmark import (
     ScoredDataset,
     clip_benchmark_filename,
@@ -206,10 +208,6 @@ def test_two_datasets_clip_benchmark_names_alike_are_refused_naming_the_file():
 
 
 def test_scored_datasets_name_a_dataset_without_metainfo_by_its_class_and_skip_other_metrics():
-    from types import SimpleNamespace
-
-    from xmr.evaluation import RetrievalMetric, scored_datasets
-
     class PlainSet:
         pass
 
