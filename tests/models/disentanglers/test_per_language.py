@@ -168,3 +168,28 @@ def test_a_batch_contrastive_l_sc_keeps_the_shared_modules_order_of_losses(tower
     shared = build(tower, consistency_loss=contrastive)
     assert list(shared(embeddings, tokens, r_source=r_source)[1]) == ['sc', 'adv']
     assert list(sdm(embeddings, tokens, r_source=r_source, langs=LANGS)[1]) == ['sc', 'adv']
+
+
+def test_with_a_batch_contrastive_l_sc_inference_conditions_each_caption_by_its_language(tower):
+    """Without ``r^S`` (inference) there is no L_sc to compute over the batch: each caption
+    is conditioned as its language's module alone conditions it, and no loss is returned."""
+    contrastive = dict(type='InfoNCELoss', temperature=0.1)
+    sdm = PerLanguageDisentangler({lang: build(tower, consistency_loss=contrastive)
+                                   for lang in ('de', 'fr')})
+    embeddings, tokens, _ = batch(tower)
+    condition, losses = sdm(embeddings, tokens, langs=LANGS)
+    assert losses == {}
+    for row, lang in enumerate(LANGS):
+        index = torch.tensor([row])
+        alone, _ = sdm.per_language[lang](embeddings[index], select_tokens(tokens, index))
+        for block, weights in alone.items():
+            torch.testing.assert_close(condition[block][index], weights)
+
+
+def test_the_settings_are_the_language_modules_and_no_language_is_refused(tower):
+    sdm = per_language(tower)
+    assert sdm.settings() == sdm.per_language['de'].settings() == dict(
+        depth=1, generator_activation=sdm.per_language['de'].generator.activation,
+        padding_as_tokens=sdm.per_language['de'].padding_as_tokens)
+    with pytest.raises(ValueError, match='PerLanguageDisentangler needs at least one language'):
+        PerLanguageDisentangler({})
