@@ -129,3 +129,11 @@ def test_offsets_are_int64_bounds_of_each_records_bytes():
              for record in RECORDS]
     assert store.offsets.tolist() == [0, *np.cumsum(sizes).tolist()]
     assert store.buffer.size == sum(sizes)
+
+
+def test_the_buffer_and_offsets_are_read_only():
+    store = RecordStore(RECORDS)
+    for array in (store.buffer, store.offsets):
+        with pytest.raises(ValueError, match='read-only'):
+            array[0] = 1
+    assert store[0] == RECORDS[0]

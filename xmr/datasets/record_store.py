@@ -49,6 +49,8 @@ class RecordStore(Sequence[MediaRecord]):
             ends.append(len(packed))
         self.offsets = np.frombuffer(ends, dtype=np.int64)
         self.buffer = np.frombuffer(packed, dtype=np.uint8)
+        # Views of a bytearray and an array are writable: a write would change a record.
+        self.offsets.flags.writeable = self.buffer.flags.writeable = False
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
