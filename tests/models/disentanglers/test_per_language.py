@@ -30,16 +30,24 @@ def per_language(tower) -> PerLanguageDisentangler:
     return PerLanguageDisentangler(modules)
 
 
+def assert_each_caption_conditioned_alone(sdm, embeddings, tokens, condition, langs) -> None:
+    """Each caption's ``W^z`` in ``condition`` is the one its language's module gives it
+    alone."""
+    assert condition
+    for row, lang in enumerate(langs):
+        index = torch.tensor([row])
+        alone, _ = sdm.per_language[lang](embeddings[index], select_tokens(tokens, index))
+        assert set(alone) == set(condition)
+        for block, weights in alone.items():
+            torch.testing.assert_close(condition[block][index], weights)
+
+
 def test_each_caption_is_conditioned_by_its_own_languages_module(tower):
     sdm = per_language(tower)
     embeddings, tokens, _ = batch(tower)
     condition, losses = sdm(embeddings, tokens, langs=LANGS)
     assert losses == {}
-    for row, lang in enumerate(LANGS):
-        index = torch.tensor([row])
-        alone, _ = sdm.per_language[lang](embeddings[index], select_tokens(tokens, index))
-        for block, matrices in condition.items():
-            torch.testing.assert_close(matrices[row], alone[block][0])
+    assert_each_caption_conditioned_alone(sdm, embeddings, tokens, condition, LANGS)
     other, _ = sdm.per_language['fr'](embeddings[:1], select_tokens(tokens, torch.tensor([0])))
     assert not torch.allclose(condition[0][0], other[0][0])
 
@@ -152,11 +160,9 @@ def test_tongan_whose_code_names_a_module_method_has_its_own_module(tower):
     assert list(sdm.per_language) == ['to', 'de']
     assert any(key.startswith('per_language.to.') for key in sdm.state_dict())
     embeddings, tokens, _ = batch(tower)
-    condition, _ = sdm(embeddings, tokens, langs=['to', 'de', 'to', 'de'])
-    index = torch.tensor([0])
-    alone, _ = sdm.per_language['to'](embeddings[index], select_tokens(tokens, index))
-    for block, weights in alone.items():
-        torch.testing.assert_close(condition[block][index], weights)
+    langs = ['to', 'de', 'to', 'de']
+    condition, _ = sdm(embeddings, tokens, langs=langs)
+    assert_each_caption_conditioned_alone(sdm, embeddings, tokens, condition, langs)
 
 
 def test_a_batch_contrastive_l_sc_keeps_the_shared_modules_order_of_losses(tower):
@@ -179,11 +185,7 @@ def test_with_a_batch_contrastive_l_sc_inference_conditions_each_caption_by_its_
     embeddings, tokens, _ = batch(tower)
     condition, losses = sdm(embeddings, tokens, langs=LANGS)
     assert losses == {}
-    for row, lang in enumerate(LANGS):
-        index = torch.tensor([row])
-        alone, _ = sdm.per_language[lang](embeddings[index], select_tokens(tokens, index))
-        for block, weights in alone.items():
-            torch.testing.assert_close(condition[block][index], weights)
+    assert_each_caption_conditioned_alone(sdm, embeddings, tokens, condition, LANGS)
 
 
 def test_the_settings_are_the_language_modules_and_no_language_is_refused(tower):
