@@ -405,3 +405,19 @@ def test_an_uncached_hugging_face_tokenizer_offline_names_the_key_and_the_local_
     check_offline_tokenizer_error(raised, 'model.backbone.tokenizer: ')
     # XLM-R's tokenizer.json (tiny_mclip_cfg's) loads offline.
     assert MODELS.build(tiny_mclip_cfg()).tokenizer.vocab_size == TINY_XLMR['vocab_size']
+
+
+def test_xlmr_large_is_the_published_xlm_roberta_large_config():
+    """M-CLIP's ``modelBase``, as the hub's ``xlm-roberta-large/config.json`` gives it (written
+    out here): a norm's eps, the activation or the pad id (where RoBERTa's positions start)
+    other than these would run the release otherwise than it was trained."""
+    from xmr.models.backbones.mclip import XLMR_LARGE
+
+    published = {'attention_probs_dropout_prob': 0.1, 'bos_token_id': 0, 'eos_token_id': 2,
+                 'hidden_act': 'gelu', 'hidden_dropout_prob': 0.1, 'hidden_size': 1024,
+                 'initializer_range': 0.02, 'intermediate_size': 4096, 'layer_norm_eps': 1e-05,
+                 'max_position_embeddings': 514, 'model_type': 'xlm-roberta',
+                 'num_attention_heads': 16, 'num_hidden_layers': 24, 'pad_token_id': 1,
+                 'position_embedding_type': 'absolute', 'type_vocab_size': 1,
+                 'vocab_size': 250002}
+    assert {key: published[key] for key in XLMR_LARGE} == XLMR_LARGE
