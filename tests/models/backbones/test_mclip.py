@@ -421,3 +421,11 @@ def test_xlmr_large_is_the_published_xlm_roberta_large_config():
                  'position_embedding_type': 'absolute', 'type_vocab_size': 1,
                  'vocab_size': 250002}
     assert {key: published[key] for key in XLMR_LARGE} == XLMR_LARGE
+
+
+def test_a_checkpoint_file_with_a_foreign_key_is_refused_naming_the_file(backbone, tmp_path):
+    path = tmp_path / 'model.safetensors'
+    save_file({**release_state_dict(backbone), 'visual.proj': torch.zeros(1)}, str(path))
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path} is not an M-CLIP text checkpoint: unexpected keys ['visual.proj']")):
+        backbone.load_text_checkpoint(tmp_path)
