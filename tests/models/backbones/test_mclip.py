@@ -429,3 +429,8 @@ def test_a_checkpoint_file_with_a_foreign_key_is_refused_naming_the_file(backbon
     with pytest.raises(ValueError, match=re.escape(
             f"{path} is not an M-CLIP text checkpoint: unexpected keys ['visual.proj']")):
         backbone.load_text_checkpoint(tmp_path)
+
+
+def test_the_backbone_is_frozen_unless_freeze_is_false():
+    assert not any(p.requires_grad for p in MODELS.build(tiny_mclip_cfg()).parameters())
+    assert all(p.requires_grad for p in MODELS.build(tiny_mclip_cfg(freeze=False)).parameters())
