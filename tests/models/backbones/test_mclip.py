@@ -434,3 +434,21 @@ def test_a_checkpoint_file_with_a_foreign_key_is_refused_naming_the_file(backbon
 def test_the_backbone_is_frozen_unless_freeze_is_false():
     assert not any(p.requires_grad for p in MODELS.build(tiny_mclip_cfg()).parameters())
     assert all(p.requires_grad for p in MODELS.build(tiny_mclip_cfg(freeze=False)).parameters())
+
+
+def test_the_default_tokenizer_is_xlm_r_larges_reading_the_towers_context(monkeypatch):
+    """Without a ``tokenizer``, the hub's ``xlm-roberta-large`` reads as many tokens as the
+    tower has positions for (here 40 - 2); the build goes to the tokenizer file instead."""
+    from xmr.models.backbones import mclip
+
+    built = []
+    original = mclip.build_tokenizer
+
+    def build(cfg, key):
+        built.append((dict(cfg), key))
+        return original(tokenizer_cfg(cfg['max_length']), key)
+
+    monkeypatch.setattr(mclip, 'build_tokenizer', build)
+    MODELS.build(tiny_mclip_cfg(tokenizer=None))
+    assert built == [(dict(type='HFTokenizer', name_or_path='xlm-roberta-large', max_length=38),
+                      'model.backbone.tokenizer')]
