@@ -1,4 +1,5 @@
 import copy
+import json
 import re
 
 import pytest
@@ -353,8 +354,6 @@ def test_a_text_encoder_config_json_python_cannot_read_is_named_with_the_fault(t
 def _release_config(folder, **fields) -> str:
     """A release's ``config.json`` as M-CLIP's ``MCLIPConfig`` saves it (``model_type='M-CLIP'``;
     the encoder is ``modelBase``'s, ``transformerDimensions`` wide)."""
-    import json
-
     folder.mkdir(exist_ok=True)
     config = {'_name_or_path': 'M-CLIP/XLM-Roberta-Large-Vit-L-14',
               'architectures': ['MultilingualCLIP'], 'model_type': 'M-CLIP',
@@ -452,3 +451,41 @@ def test_the_default_tokenizer_is_xlm_r_larges_reading_the_towers_context(monkey
     MODELS.build(tiny_mclip_cfg(tokenizer=None))
     assert built == [(dict(type='HFTokenizer', name_or_path='xlm-roberta-large', max_length=38),
                       'model.backbone.tokenizer')]
+
+
+def test_a_text_encoder_config_json_without_model_type_is_read_as_xlm_r(tmp_path):
+    config = tmp_path / 'config.json'
+    config.write_text(json.dumps(TINY_XLMR))
+    assert MultilingualCLIPBackbone.text_tower_shape(dict(text_encoder=str(config))) == (
+        TowerShape(32, 2, 768))
+
+
+def test_without_text_encoder_or_model_base_the_encoder_is_xlm_roberta_large(tmp_path):
+    """M-CLIP's ``MCLIPConfig`` defaults ``modelBase`` to ``xlm-roberta-large``."""
+    assert MultilingualCLIPBackbone.text_tower_shape({}) == TowerShape(1024, 24, 768)
+    release = _release_config(tmp_path / 'release')
+    config = tmp_path / 'release' / 'config.json'
+    fields = json.loads(config.read_text())
+    del fields['modelBase']
+    config.write_text(json.dumps(fields))
+    assert MultilingualCLIPBackbone.text_tower_shape(dict(text_encoder=release)) == (
+        TowerShape(1024, 24, 768))
+
+
+def test_the_tower_shape_of_a_release_on_another_base_never_asks_the_hub(tmp_path, monkeypatch):
+    """Its ``modelBase``'s config is read from the Hugging Face cache only: ``None`` where the
+    cache holds none (the build fetches it)."""
+    from transformers import PretrainedConfig
+
+    asked = []
+
+    def get_config_dict(name, **kwargs):
+        asked.append((name, kwargs.get('local_files_only')))
+        raise OSError(f'{name} is not in the cache')
+
+    monkeypatch.setattr(PretrainedConfig, 'get_config_dict', get_config_dict)
+    release = _release_config(tmp_path / 'release', modelBase='FacebookAI/xlm-roberta-base',
+                              transformerDimensions=768)
+    assert MultilingualCLIPBackbone.text_tower_shape(
+        dict(text_encoder=f'{release}/config.json')) is None
+    assert asked == [('FacebookAI/xlm-roberta-base', True)]
