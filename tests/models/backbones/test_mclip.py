@@ -489,3 +489,11 @@ def test_the_tower_shape_of_a_release_on_another_base_never_asks_the_hub(tmp_pat
     assert MultilingualCLIPBackbone.text_tower_shape(
         dict(text_encoder=f'{release}/config.json')) is None
     assert asked == [('FacebookAI/xlm-roberta-base', True)]
+
+
+def test_the_fingerprint_follows_the_image_towers_normalisation(backbone):
+    """The image mean is a plain attribute (no module shows it): features cached under one
+    were read back under another."""
+    other = tiny_mclip(image_pretrained_cfg=dict(mean=(0.5, 0.5, 0.5)))
+    assert all(torch.equal(backbone.state_dict()[k], v) for k, v in other.state_dict().items())
+    assert other.fingerprint() != backbone.fingerprint()
