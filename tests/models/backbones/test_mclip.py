@@ -497,3 +497,14 @@ def test_the_fingerprint_follows_the_image_towers_normalisation(backbone):
     other = tiny_mclip(image_pretrained_cfg=dict(mean=(0.5, 0.5, 0.5)))
     assert all(torch.equal(backbone.state_dict()[k], v) for k, v in other.state_dict().items())
     assert other.fingerprint() != backbone.fingerprint()
+
+
+def test_image_tokens_of_a_resnet_image_tower_are_refused_naming_its_arch():
+    from tests.conftest import TINY_CLIP
+
+    resnet = tiny_mclip(image_model_cfg=dict(TINY_CLIP, vision_cfg=dict(
+        image_size=64, layers=[1, 1, 1, 1], width=8, head_width=8)))
+    with pytest.raises(TypeError, match='token-level image encoding needs an open_clip '
+                                        'VisionTransformer without attentional pooling; custom '
+                                        'has ModifiedResNet'):
+        resnet.encode_image_tokens(torch.randn(1, 3, 64, 64))
