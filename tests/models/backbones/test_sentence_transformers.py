@@ -139,6 +139,11 @@ def _edit(path, **changes):
     (lambda folder: _edit(folder / '1_Pooling' / 'config.json', pooling_mode_mean_tokens=False,
                           pooling_mode_max_tokens=True),
      r"1_Pooling/config.json: pooling modes \['pooling_mode_max_tokens'\] set"),
+    *[(lambda folder, mode=mode: _edit(folder / '1_Pooling' / 'config.json',
+                                       pooling_mode_mean_tokens=False, **{mode: True}),
+       rf"1_Pooling/config.json: pooling modes \['{mode}'\] set; xmr runs exactly one")
+      for mode in ('pooling_mode_mean_sqrt_len_tokens', 'pooling_mode_weightedmean_tokens',
+                   'pooling_mode_lasttoken')],
     (lambda folder: _edit(folder / '1_Pooling' / 'config.json', pooling_mode_cls_token=True),
      r"1_Pooling/config.json: pooling modes \['pooling_mode_mean_tokens', "
      r"'pooling_mode_cls_token'\] set"),
@@ -148,6 +153,10 @@ def _edit(path, **changes):
         [*json.loads((folder / 'modules.json').read_text()),
          dict(idx=3, name='3', path='3_Dense', type='sentence_transformers.models.Dense')])),
      r"modules.json: modules \['Transformer', 'Pooling', 'Normalize', 'Dense'\]"),
+    (lambda folder: (folder / 'modules.json').write_text(json.dumps(
+        [module for module in json.loads((folder / 'modules.json').read_text())
+         if module['path'] != '1_Pooling'])),
+     r"modules.json: modules \['Transformer', 'Normalize'\]; xmr runs Transformer, Pooling"),
     (lambda folder: (folder / 'modules.json').unlink(), r'modules.json not found'),
     (lambda folder: _edit(folder / 'config.json', model_type='distilbert'),
      r"config.json: model_type='distilbert'"),
@@ -157,7 +166,8 @@ def _edit(path, **changes):
      r'quotes: line 1 column 12 \(char 11\)$'),
     (lambda folder: (folder / 'config.json').write_bytes(b'{"model_type": "b\xe9rt"}'),
      r"config.json: not UTF-8: invalid bytes b'\\xe9' on line 1, byte 17; save it as UTF-8$"),
-], ids=['max', 'two-modes', 'width', 'dense-after-normalize', 'no-modules', 'distilbert',
+], ids=['max', 'mean-sqrt-len', 'weighted-mean', 'last-token', 'two-modes', 'width',
+        'dense-after-normalize', 'no-pooling', 'no-modules', 'distilbert',
         'cut-off', 'latin-1'])
 def test_a_folder_xmr_cannot_run_as_trained_is_refused_naming_file_and_field(
         tmp_path, edit, message):
