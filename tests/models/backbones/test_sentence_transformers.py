@@ -216,3 +216,23 @@ def test_the_tokens_read_fall_back_as_sentence_transformers_falls_back(
     if tokenizer_config is not None:
         (folder / 'tokenizer_config.json').write_text(json.dumps(tokenizer_config))
     assert read_sentence_transformer(folder).max_length == expected
+
+
+def test_each_dense_activation_is_the_class_its_name_imports():
+    """sentence-transformers imports ``activation_function`` by its dotted name."""
+    import importlib
+
+    from xmr.models.backbones.sentence_transformers import DENSE_ACTIVATIONS
+
+    for name, module in DENSE_ACTIVATIONS.items():
+        path, cls = name.rsplit('.', 1)
+        assert getattr(importlib.import_module(path), cls) is module, name
+
+
+def test_a_dense_config_giving_only_its_widths_runs_with_dense_defaults(tmp_path):
+    """``Dense(in_features, out_features)``: a bias and tanh."""
+    folder = tiny_sentence_encoder(tmp_path / 'teacher', dense=DENSE[:1])
+    (folder / '2_Dense' / 'config.json').write_text(json.dumps(
+        dict(in_features=32, out_features=24)))
+    (layer,) = read_sentence_transformer(folder).dense
+    assert (layer.bias, layer.activation) == (True, 'torch.nn.modules.activation.Tanh')
