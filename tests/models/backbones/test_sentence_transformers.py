@@ -236,3 +236,12 @@ def test_a_dense_config_giving_only_its_widths_runs_with_dense_defaults(tmp_path
         dict(in_features=32, out_features=24)))
     (layer,) = read_sentence_transformer(folder).dense
     assert (layer.bias, layer.activation) == (True, 'torch.nn.modules.activation.Tanh')
+
+
+def test_the_pooling_module_is_read_from_the_path_modules_json_gives(tmp_path):
+    folder = tiny_sentence_encoder(tmp_path / 'teacher', pooling='cls')
+    (folder / '1_Pooling').rename(folder / 'pooling')
+    modules = json.loads((folder / 'modules.json').read_text())
+    modules[1]['path'] = 'pooling'
+    (folder / 'modules.json').write_text(json.dumps(modules))
+    assert read_sentence_transformer(folder).pooling == 'cls'
