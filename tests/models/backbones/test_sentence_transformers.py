@@ -245,3 +245,14 @@ def test_the_pooling_module_is_read_from_the_path_modules_json_gives(tmp_path):
     modules[1]['path'] = 'pooling'
     (folder / 'modules.json').write_text(json.dumps(modules))
     assert read_sentence_transformer(folder).pooling == 'cls'
+
+
+def test_the_tokenizer_config_strips_keeps_case_by_default_and_takes_a_shorter_length(
+        tmp_path):
+    folder = tiny_sentence_encoder(tmp_path / 'teacher')
+    (folder / 'sentence_bert_config.json').write_text(json.dumps(dict(max_seq_length=48)))
+    pipeline = read_sentence_transformer(folder)
+    expected = dict(type='HFTokenizer', tokenizer_file='tok.json', strip=True, lowercase=False,
+                    max_length=48)
+    assert pipeline.tokenizer_cfg('tok.json') == expected
+    assert pipeline.tokenizer_cfg('tok.json', 8) == dict(expected, max_length=8)
