@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tests.conftest import UNCACHED_TOKENIZER, check_offline_tokenizer_error
+from tests.conftest import TINY_CLIP, UNCACHED_TOKENIZER, check_offline_tokenizer_error
 from tests.models.adapters.peft_helpers import lora_delta
 from tests.models.backbones.mclip_helpers import (
     CAPTIONS,
@@ -18,8 +18,9 @@ from tests.models.backbones.mclip_helpers import (
     tokenizer_cfg,
 )
 from xmr.models.adapters import AdapterContext
+from xmr.models.backbones import mclip
 from xmr.models.backbones.base import TowerShape
-from xmr.models.backbones.mclip import MultilingualCLIPBackbone
+from xmr.models.backbones.mclip import XLMR_LARGE, MultilingualCLIPBackbone
 from xmr.models.language.tokenizers import TokenizerOutOfReach
 from xmr.registry import MODELS
 
@@ -139,7 +140,6 @@ def test_image_tower_loads_openai_torchscript_release_with_its_record(tmp_path):
     import open_clip
     from open_clip.transformer import QuickGELU
 
-    from tests.conftest import TINY_CLIP
     from tests.models.backbones.openai_clip_layout import (
         openai_state_dict,
         save_openai_torchscript,
@@ -173,8 +173,6 @@ def test_roberta_positions_and_context_length(backbone):
 
 def test_image_tower_is_open_clips_and_dimensions_must_agree(backbone):
     import open_clip
-
-    from tests.conftest import TINY_CLIP
 
     images = torch.randn(2, 3, 32, 32)
     clip = open_clip.CLIP(**TINY_CLIP)
@@ -410,8 +408,6 @@ def test_xlmr_large_is_the_published_xlm_roberta_large_config():
     """M-CLIP's ``modelBase``, as the hub's ``xlm-roberta-large/config.json`` gives it (written
     out here): a norm's eps, the activation or the pad id (where RoBERTa's positions start)
     other than these would run the release otherwise than it was trained."""
-    from xmr.models.backbones.mclip import XLMR_LARGE
-
     published = {'attention_probs_dropout_prob': 0.1, 'bos_token_id': 0, 'eos_token_id': 2,
                  'hidden_act': 'gelu', 'hidden_dropout_prob': 0.1, 'hidden_size': 1024,
                  'initializer_range': 0.02, 'intermediate_size': 4096, 'layer_norm_eps': 1e-05,
@@ -438,8 +434,6 @@ def test_the_backbone_is_frozen_unless_freeze_is_false():
 def test_the_default_tokenizer_is_xlm_r_larges_reading_the_towers_context(monkeypatch):
     """Without a ``tokenizer``, the hub's ``xlm-roberta-large`` reads as many tokens as the
     tower has positions for (here 40 - 2); the build goes to the tokenizer file instead."""
-    from xmr.models.backbones import mclip
-
     built = []
     original = mclip.build_tokenizer
 
@@ -500,8 +494,6 @@ def test_the_fingerprint_follows_the_image_towers_normalisation(backbone):
 
 
 def test_image_tokens_of_a_resnet_image_tower_are_refused_naming_its_arch():
-    from tests.conftest import TINY_CLIP
-
     resnet = tiny_mclip(image_model_cfg=dict(TINY_CLIP, vision_cfg=dict(
         image_size=64, layers=[1, 1, 1, 1], width=8, head_width=8)))
     with pytest.raises(TypeError, match='token-level image encoding needs an open_clip '

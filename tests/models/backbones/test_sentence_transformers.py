@@ -2,6 +2,7 @@
 teacher of docs/custom_modules.md (``SentenceEncoder``) embeds as the model's own pipeline does,
 its pooling, normalisation and lower-casing read from its files; the reference is transformers'
 forward with the pooling done by hand."""
+import importlib
 import json
 
 import pytest
@@ -11,7 +12,10 @@ from transformers import BertModel, PreTrainedTokenizerFast, XLMRobertaConfig, X
 
 from tests.conftest import SHARED_DATA, sentence_transformer_files, tiny_sentence_encoder
 from xmr.engine.feature_cache import backbone_fingerprint
-from xmr.models.backbones.sentence_transformers import read_sentence_transformer
+from xmr.models.backbones.sentence_transformers import (
+    DENSE_ACTIVATIONS,
+    read_sentence_transformer,
+)
 
 CAPTIONS = ['A man is playing with a red ball', 'two dogs on the grass in the snow',
             'the girl']
@@ -220,10 +224,6 @@ def test_the_tokens_read_fall_back_as_sentence_transformers_falls_back(
 
 def test_each_dense_activation_is_the_class_its_name_imports():
     """sentence-transformers imports ``activation_function`` by its dotted name."""
-    import importlib
-
-    from xmr.models.backbones.sentence_transformers import DENSE_ACTIVATIONS
-
     for name, module in DENSE_ACTIVATIONS.items():
         path, cls = name.rsplit('.', 1)
         assert getattr(importlib.import_module(path), cls) is module, name
