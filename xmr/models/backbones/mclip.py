@@ -77,15 +77,6 @@ class MultilingualCLIPTextTower(BertTextTower):
     causal = False
     pooling = 'mean'
 
-    def __init__(self, xlmr: nn.Module, embed_dim: int) -> None:
-        super().__init__(xlmr, embed_dim)
-        config = xlmr.config
-        self.padding_idx = config.pad_token_id
-        self.vocab_size = config.vocab_size
-        # RoBERTa numbers real tokens from pad_id + 1, so fewer positions remain for text.
-        self.position_offset = self.padding_idx + 1
-        self.context_length = config.max_position_embeddings - self.position_offset
-
 
 def convert_mclip_state_dict(state_dict: Mapping[str, torch.Tensor],
                              source: str = '<state dict>') -> dict[str, torch.Tensor]:
