@@ -278,6 +278,29 @@ def test_the_cli_replaces_an_earlier_conversion_alone_and_only_with_overwrite(tm
     assert torch.load(out)['meta']['converted_from'] == str(tmp_path / 'dasd.bin')
 
 
+def test_the_cli_without_out_is_a_usage_error_naming_out(tmp_path, capsys):
+    err = refused(capsys, 'mla', tmp_path / 'mla.bin', tmp_path / 'mla.py')
+    assert err.endswith('error: the following arguments are required: --out\n')
+
+
+def test_the_cli_refuses_a_config_path_with_no_file_naming_it(tmp_path, capsys):
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    err = refused(capsys, 'mla', tmp_path / 'mla.bin', tmp_path / 'absent.py', '--out',
+                  tmp_path / 'o.pth')
+    assert err.startswith('error: ') and str(tmp_path / 'absent.py') in err
+    assert not (tmp_path / 'o.pth').exists()
+
+
+def test_the_cli_passes_its_cfg_options_to_the_conversion(tmp_path, capsys):
+    """The config names de and zh; the option leaves zh out, and so its acquirers."""
+    torch.save(authors_state_dict('dasd'), tmp_path / 'dasd.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    main('dasd', [str(tmp_path / 'dasd.bin'), str(config), '--out', str(tmp_path / 'x.pth'),
+                  '--cfg-options', 'model.language_branch.languages=[de]'])
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        f"{tmp_path / 'x.pth'}: the file's acquirers of zh are left out")
+
+
 def test_the_api_keeps_a_file_standing_at_out_as_the_cli_does(tmp_path):
     """convert_authors_checkpoint (xmr.models.conversion's API) replaced whatever stood at
     ``out``, a training checkpoint included; only the CLI kept it."""
