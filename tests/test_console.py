@@ -28,3 +28,15 @@ def test_an_error_names_the_tools_it_suggests_as_xmr_commands(tmp_path, monkeypa
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.endswith(
         'give the config first, then the checkpoint: xmr test CONFIG CHECKPOINT\n')
+
+
+def test_a_grouped_tool_gets_the_arguments_after_its_two_words(monkeypatch, capsys):
+    monkeypatch.setattr(sys, 'argv', sys.argv[:])  # the console sets them for the tool it runs
+    monkeypatch.setattr(cli, 'command_name', None)
+    with pytest.raises(SystemExit) as exit_info:
+        main(['convert', 'dasd_to_xmr'])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith('usage: xmr convert dasd_to_xmr ')
+    assert err.endswith('error: the following arguments are required: checkpoint, config, '
+                        '--out\n')
