@@ -58,3 +58,14 @@ def test_a_list_item_set_to_the_value_it_holds_changes_nothing():
     whole = {'langs': ['de', 'fr'], 'model': {'languages': ['de', 'fr']}}
     assert stale_copies(whole, 'langs.1', 'fr') == []
     assert stale_copies(whole, 'langs.1', 'es') == ['model.languages']
+
+
+def test_a_merge_that_deletes_is_refused_only_where_the_replacement_differs():
+    """``_delete_=True`` replaces the dict with the merge's other keys: the same keys and
+    values change nothing; leaving one out drops it, a change."""
+    whole = {'prefix': {'media': 'img', 'ann': 'a.json'},
+             'loader': {'data_prefix': {'media': 'img', 'ann': 'a.json'}}}
+    same = {'_delete_': True, 'media': 'img', 'ann': 'a.json'}
+    assert stale_copies(whole, 'prefix', same) == []
+    assert stale_copies(whole, 'prefix', {'_delete_': True, 'media': 'img'}) == [
+        'loader.data_prefix']

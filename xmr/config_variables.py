@@ -33,8 +33,11 @@ def stale_copies(whole: Mapping[str, Any], key: str, value: Any) -> list[str]:
 
 
 def _changes(old: Any, new: Any) -> bool:
-    """Whether merging ``new`` over ``old`` gives another value (a dict merges key by key)."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping) and not new.get('_delete_'):
+    """Whether merging ``new`` over ``old`` gives another value (a dict merges key by key;
+    one with ``_delete_`` replaces the old one, with its other keys)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        if new.get('_delete_'):
+            return old != {name: part for name, part in new.items() if name != '_delete_'}
         return any(name not in old or _changes(old[name], part) for name, part in new.items())
     return old != new
 
