@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from xmr.run_config import ConfigOptionsAction
+from xmr.run_config import ConfigOptionsAction, config_file
+from xmr.utils.cli import UserError
 
 #: The releases converted, by the name their tool gives.
 METHODS = {'mla': 'MLA (AIM3-RUC/MLA)', 'dasd': 'DASD (HuiGuanLab/DASD)'}
@@ -23,7 +24,8 @@ def main(method: str, argv: list[str] | None = None) -> None:
                                      'checkpoint into an xmr checkpoint that tools/test.py '
                                      'evaluates')
     parser.add_argument('checkpoint', help="the authors' model file (pytorch_model.bin.<step>)")
-    parser.add_argument('config', help='xmr config of the model it becomes')
+    parser.add_argument('config', help="xmr config of the model it becomes (xmr::<path>: one "
+                        'xmr ships)')
     parser.add_argument('--out', required=True, help='xmr checkpoint to write (.pth)')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace an earlier conversion at --out')
@@ -35,6 +37,10 @@ def main(method: str, argv: list[str] | None = None) -> None:
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptionsAction,
                         help='override config keys, e.g. model.language_branch.languages=[ja]')
     args = parser.parse_args(argv)
+    try:
+        config = config_file(args.config)
+    except UserError as error:
+        parser.exit(2, f'error: {error}\n')
     from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint
     from xmr.models.conversion.dasd import map_dasd
     from xmr.models.conversion.mla import map_mla
@@ -42,7 +48,7 @@ def main(method: str, argv: list[str] | None = None) -> None:
 
     mapping = {'mla': map_mla, 'dasd': map_dasd}[method]
     try:
-        report = convert_authors_checkpoint(method, args.checkpoint, args.config, args.out,
+        report = convert_authors_checkpoint(method, args.checkpoint, config, args.out,
                                             mapping, args.cfg_options,
                                             args.clip_checkpoint, args.overwrite)
     except (ConversionError, FileNotFoundError) as error:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
+import xmr.models.conversion.authors as authors
 from tests.conftest import CORPUS, REPO, SHARED_DATA
 from tests.zip_records import damage_record
 from xmr.apis import encode_texts, init_retriever
@@ -20,6 +21,7 @@ from xmr.models.conversion import ConversionError, convert_authors_checkpoint
 from xmr.models.conversion.authors import build_model
 from xmr.models.conversion.dasd import map_dasd
 from xmr.models.conversion.mla import map_mla
+from xmr.packaged import config_path
 from xmr.registry import MODELS
 from xmr.version import provenance
 
@@ -287,8 +289,25 @@ def test_the_cli_refuses_a_config_path_with_no_file_naming_it(tmp_path, capsys):
     torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
     err = refused(capsys, 'mla', tmp_path / 'mla.bin', tmp_path / 'absent.py', '--out',
                   tmp_path / 'o.pth')
-    assert err.startswith('error: ') and str(tmp_path / 'absent.py') in err
+    assert err == (f"error: {tmp_path / 'absent.py'} (CONFIG): no such file: give the path of "
+                   "a config file, or name a config xmr ships as "
+                   "'xmr::demo/static_tiny-clip_synthetic.py'\n")
     assert not (tmp_path / 'o.pth').exists()
+
+
+def test_the_cli_reads_a_config_xmr_ships_by_its_xmr_name(tmp_path, capsys, monkeypatch):
+    """``xmr::<path>``, as tools/train.py and tools/test.py read it: the packaged file."""
+    converted = []
+
+    def convert(method, source, config, *rest):
+        converted.append(config)
+        raise ConversionError('stop here')
+
+    monkeypatch.setattr(authors, 'convert_authors_checkpoint', convert)
+    err = refused(capsys, 'dasd', tmp_path / 'dasd.bin',
+                  'xmr::dasd/dasd_clip-vit-b16_multi30k_authors.py', '--out', tmp_path / 'o.pth')
+    assert err == 'error: stop here\n'
+    assert converted == [config_path('xmr::dasd/dasd_clip-vit-b16_multi30k_authors.py')]
 
 
 def test_the_cli_passes_its_cfg_options_to_the_conversion(tmp_path, capsys):
