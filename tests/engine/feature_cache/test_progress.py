@@ -96,6 +96,39 @@ def test_a_stopped_build_goes_on_from_the_rows_it_recorded_and_builds_the_same_c
     assert not list(tmp_path.glob('*.partial-*'))
 
 
+def test_a_build_stopped_in_the_source_rows_goes_on_from_those_it_recorded(
+        tiny_retriever, tmp_path, monkeypatch):
+    """The ``r^S`` rows come first (every caption of the source language: 119,547 for the
+    paper's table): a stop among them encoded them again from the first."""
+    ann_file = five_images_ann(tmp_path)
+    build(ann_file, tmp_path / 'whole', tiny_retriever)
+    sources, encode_source = [], tiny_retriever.encode_source
+
+    def counted(tokens):
+        if len(sources) == 3 and stop:
+            raise KeyboardInterrupt
+        features = encode_source(tokens)
+        sources.append(len(features))
+        return features
+
+    monkeypatch.setattr(tiny_retriever, 'encode_source', counted)
+    stop = True
+    with pytest.raises(KeyboardInterrupt):
+        build(ann_file, tmp_path / 'cache', tiny_retriever)
+    [partial] = tmp_path.glob('cache.partial-*')
+    progress = json.loads((partial / 'progress.json').read_text())
+    assert progress['source']['rows'] == 6 and 'media' not in progress
+
+    sources.clear()
+    stop = False
+    encoded = stop_at(monkeypatch, tiny_retriever, -1, KeyboardInterrupt)
+    build(ann_file, tmp_path / 'cache', tiny_retriever)
+    assert sources == [2, 2]  # ten captions in batches of 2: the fourth and the fifth
+    assert encoded == [2, 1, 1]
+    assert cache_files(tmp_path / 'cache') == cache_files(tmp_path / 'whole')
+    assert not list(tmp_path.glob('*.partial-*'))
+
+
 @pytest.mark.parametrize('code', [errno.ENOSPC, errno.EDQUOT, errno.EFBIG])
 def test_a_build_that_finds_no_room_as_it_finishes_keeps_its_rows_for_the_next(
         tiny_retriever, tmp_path, monkeypatch, code):
