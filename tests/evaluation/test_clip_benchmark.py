@@ -1,5 +1,6 @@
 """CLIP_benchmark's JSON records from xmr's metric keys."""
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -197,12 +198,27 @@ def test_an_unprefixed_metric_takes_no_key_of_a_prefixed_one():
         ('flickr30k-200', 'swh_Latn', {'image_retrieval_recall@1': 0.25})]
 
 
-def test_two_datasets_clip_benchmark_names_alike_are_refused_naming_the_file():
-    scored = [ScoredDataset('a', 'xtd10', 'standard'),
-              ScoredDataset('b', 'multilingual_mscoco_captions', 'standard')]
-    metrics = {'a/de/t2i_R@1': 50.0, 'b/de/t2i_R@1': 40.0}
+def test_two_datasets_clip_benchmark_names_alike_are_refused_before_the_test():
+    """They were refused once the whole test had run, when the files were named."""
+    xtd10 = ScoredDataset('a', 'xtd10', 'standard', languages=('de', 'ja'))
+    alike = ScoredDataset('b', 'multilingual_mscoco_captions', 'standard', languages=('de',))
+    with pytest.raises(ValueError, match=re.escape(
+            "test metrics 'a' and 'b' both score language de of xtd10 and "
+            'multilingual_mscoco_captions (both multilingual_mscoco_captions to CLIP_benchmark), '
+            'which CLIP_benchmark keeps in one file')):
+        comparable_entries([xtd10, alike])
+    assert comparable_entries([xtd10, alike._replace(dataset='mscoco')])
+
+
+def test_two_languages_of_one_release_code_are_refused_naming_the_file():
+    """XTD10's release calls Japanese 'jp': a dataset CLIP_benchmark names alike whose own
+    language is 'jp' scores another language, and writes the same file."""
+    scored = [ScoredDataset('a', 'xtd10', 'standard', languages=('ja',)),
+              ScoredDataset('b', 'multilingual_mscoco_captions', 'standard', languages=('jp',))]
+    assert comparable_entries(scored) == scored
+    metrics = {'a/ja/t2i_R@1': 50.0, 'b/jp/t2i_R@1': 40.0}
     with pytest.raises(ValueError, match="test metrics 'a' and 'b' both give "
-                       'multilingual_mscoco_captions_p_m_de_zeroshot_retrieval.json; keep one '
+                       'multilingual_mscoco_captions_p_m_jp_zeroshot_retrieval.json; keep one '
                        'metric per dataset and language'):
         clip_benchmark_records(metrics, scored, 'm', 'p')
 

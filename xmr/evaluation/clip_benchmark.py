@@ -121,7 +121,7 @@ def clip_benchmark_records(metrics: Mapping[str, float], scored: Sequence[Scored
     records, owners = [], {}
     for entry in comparable_entries(scored):
         for lang, recalls in _recalls(metrics, entry.prefix).items():
-            record = {'dataset': CLIP_BENCHMARK_DATASETS.get(entry.dataset, entry.dataset),
+            record = {'dataset': _benchmark_dataset(entry.dataset),
                       'model': model, 'pretrained': pretrained, 'task': _TASK,
                       'metrics': recalls, 'language': release_code(entry.dataset, lang)}
             name = clip_benchmark_filename(record)
@@ -131,6 +131,12 @@ def clip_benchmark_records(metrics: Mapping[str, float], scored: Sequence[Scored
             owners[name] = entry.prefix
             records.append(record)
     return records
+
+
+def _benchmark_dataset(dataset: str) -> str:
+    """CLIP_benchmark's name of the xmr ``dataset`` (``'xtd10'`` ->
+    ``'multilingual_mscoco_captions'``); a dataset it does not know keeps its name."""
+    return CLIP_BENCHMARK_DATASETS.get(dataset, dataset)
 
 
 def comparable_entries(scored: Sequence[ScoredDataset]) -> list[ScoredDataset]:
@@ -156,12 +162,15 @@ def comparable_entries(scored: Sequence[ScoredDataset]) -> list[ScoredDataset]:
         for other in comparable[:position]:
             shared = (None if entry.languages is None or other.languages is None
                       else sorted(set(entry.languages) & set(other.languages)))
-            if entry.dataset == other.dataset and shared != []:
+            named = _benchmark_dataset(entry.dataset)
+            if named == _benchmark_dataset(other.dataset) and shared != []:
                 scores = 'the languages' if shared is None else f'language {shared[0]}'
+                of = (entry.dataset if entry.dataset == other.dataset else
+                      f'{other.dataset} and {entry.dataset} (both {named} to CLIP_benchmark)')
                 raise ValueError(f"test metrics '{other.prefix}' and '{entry.prefix}' both "
-                                 f'score {scores} of {entry.dataset}, which CLIP_benchmark '
-                                 'keeps in one file; keep one metric per dataset and language '
-                                 '(their languages)')
+                                 f'score {scores} of {of}, which CLIP_benchmark keeps in one '
+                                 'file; keep one metric per dataset and language (their '
+                                 'languages)')
     return comparable
 
 
