@@ -168,17 +168,23 @@ def test_parts_are_numbered_on_from_the_folder_read_once(tmp_path, monkeypatch):
     (tmp_path / 'parts').mkdir()
     EncodingParts(tmp_path / 'parts', {}).write(['a'], torch.eye(1, 2))  # an earlier run's
     parts = EncodingParts(tmp_path / 'parts', {})
-    listed = []
-    monkeypatch.setattr(parts, 'files', lambda: listed.append(1) or EncodingParts.files(parts))
-    for number in range(4):
-        parts.write([f'id{number}'], torch.ones(1, 2))
-    assert len(listed) == 1
-    assert [path.name for path in EncodingParts.files(parts)] == [
+    listed, iterdir = [], Path.iterdir
+
+    def listing(folder: Path):
+        listed.append(folder)
+        return iterdir(folder)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, 'iterdir', listing)
+        for number in range(4):
+            parts.write([f'id{number}'], torch.ones(1, 2))
+    assert listed == [tmp_path / 'parts']
+    assert [path.name for path in parts.files()] == [
         f'part-{number:06d}.pt' for number in range(1, 6)]
     assert list(parts.read()) == ['a', 'id0', 'id1', 'id2', 'id3']
     parts.remove()
     parts.write(['b'], torch.eye(1, 2))
-    assert [path.name for path in EncodingParts.files(parts)] == ['part-000001.pt']
+    assert [path.name for path in parts.files()] == ['part-000001.pt']
 
 
 def test_parts_past_the_millionth_are_read_in_the_order_written(tmp_path):

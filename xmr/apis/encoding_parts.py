@@ -52,12 +52,9 @@ class EncodingParts:
 
     def files(self) -> list[Path]:
         """The part files, in the order they were written."""
-        if not self.folder.is_dir():
-            return []
+        numbers = self._part_numbers()
         # By number, not name: part-1000000.pt sorts before part-999999.pt as a string.
-        numbered = {path: int(match[1]) for path in self.folder.iterdir()
-                    if (match := _PART_NAME.match(path.name))}
-        return sorted(numbered, key=numbered.__getitem__)
+        return sorted(numbers, key=numbers.__getitem__)
 
     def parts(self) -> Iterator[tuple[list[str], Tensor, list[Tensor] | None]]:
         """Each part saved so far, in the order written, read when its turn comes (one part
@@ -103,8 +100,7 @@ class EncodingParts:
             The part's file.
         """
         if self._last_part is None:
-            self._last_part = max((int(_PART_NAME.match(path.name)[1]) for path in self.files()),
-                                  default=0)
+            self._last_part = max(self._part_numbers().values(), default=0)
         # A copy: torch.save writes a view's whole storage (a part cut from a gallery's rows
         # saved all of them), and .contiguous() leaves a row slice the view it is.
         path = atomic_torch_save(dict(format=PART_FORMAT, encoded_by=self.encoded_by,
@@ -124,6 +120,13 @@ class EncodingParts:
         remove_stale_temporaries(self.folder)
         if self.folder.is_dir() and not any(self.folder.iterdir()):
             self.folder.rmdir()
+
+    def _part_numbers(self) -> dict[Path, int]:
+        """Each part file's number (``part-000001.pt``: 1)."""
+        if not self.folder.is_dir():
+            return {}
+        return {path: int(match[1]) for path in self.folder.iterdir()
+                if (match := _PART_NAME.match(path.name))}
 
     def _check_encoded_by(self, path: Path, recorded: Mapping[str, Any]) -> None:
         differ = [key for key in self.encoded_by if recorded.get(key) != self.encoded_by[key]]
