@@ -102,7 +102,7 @@ def test_a_build_stopped_in_the_source_rows_goes_on_from_those_it_recorded(
     paper's table): a stop among them encoded them again from the first."""
     ann_file = five_images_ann(tmp_path)
     build(ann_file, tmp_path / 'whole', tiny_retriever)
-    sources, encode_source = [], tiny_retriever.encode_source
+    sources, encode_source, stop = [], tiny_retriever.encode_source, True
 
     def counted(tokens):
         if len(sources) == 3 and stop:
@@ -112,7 +112,6 @@ def test_a_build_stopped_in_the_source_rows_goes_on_from_those_it_recorded(
         return features
 
     monkeypatch.setattr(tiny_retriever, 'encode_source', counted)
-    stop = True
     with pytest.raises(KeyboardInterrupt):
         build(ann_file, tmp_path / 'cache', tiny_retriever)
     [partial] = tmp_path.glob('cache.partial-*')
