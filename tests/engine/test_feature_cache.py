@@ -563,24 +563,31 @@ def test_content_identity_sees_a_change_that_keeps_size_and_mtime(tiny_retriever
         CachedFeatureDataset(dataset, 'unused', media_identity='mtime')
 
 
+def record_fsyncs_and_renames(patch: pytest.MonkeyPatch, events: list) -> None:
+    """Appends ``('fsync', path)`` for each ``os.fsync`` and ``('rename', source, target,
+    files)`` for each ``os.rename`` (``files``: those of a folder renamed), in order."""
+    fsync, rename = os.fsync, os.rename
+
+    def recording_fsync(descriptor: int) -> None:
+        events.append(('fsync', os.readlink(f'/proc/self/fd/{descriptor}')))
+        fsync(descriptor)
+
+    def recording_rename(source, target) -> None:
+        files = sorted(os.listdir(source)) if os.path.isdir(source) else []
+        events.append(('rename', str(source), str(target), files))
+        rename(source, target)
+
+    patch.setattr(os, 'fsync', recording_fsync)
+    patch.setattr(os, 'rename', recording_rename)
+
+
 def test_a_built_cache_is_on_disk_before_its_folder_is_renamed(tiny_retriever, tmp_path,
                                                                 monkeypatch):
     """After a power cut a renamed cache must hold its features, not zeros of the same length
     (verify() checks lengths only): every file and the folder are fsynced before the rename,
     and the parent folder after it."""
     events = []
-    fsync, rename = os.fsync, os.rename
-
-    def recording_fsync(descriptor):
-        events.append(('fsync', os.readlink(f'/proc/self/fd/{descriptor}')))
-        fsync(descriptor)
-
-    def recording_rename(source, target):
-        events.append(('rename', str(source), str(target)))
-        rename(source, target)
-
-    monkeypatch.setattr(os, 'fsync', recording_fsync)
-    monkeypatch.setattr(os, 'rename', recording_rename)
+    record_fsyncs_and_renames(monkeypatch, events)
     cached = CachedFeatureDataset(ListDataset(pair_items()), tmp_path / 'cache')
     cached.prepare(tiny_retriever)
     [moved] = [i for i, event in enumerate(events) if event[0] == 'rename']
