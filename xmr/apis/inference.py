@@ -45,7 +45,7 @@ from xmr.engine.checkpoint import (
 from xmr.engine.data_languages import transform_size_problem
 from xmr.engine.feature_cache.key import backbone_fingerprint, jsonable
 from xmr.engine.hooks.checkpoint import refuse_other_facts
-from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
+from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, ignore_in_workers
 from xmr.engine.wrappers import unwrap_model
 from xmr.evaluation.token_scoring import TokenSet, TokenSetWriter
 from xmr.models.backbones.base import VisionLanguageBackbone
@@ -795,14 +795,15 @@ class _DecodedMedia(Dataset):
         if num_workers == 0 or not self.media:
             yield (self[row] for row in range(len(self)))
             return
-        loader = iter(DataLoader(self, batch_size=None, num_workers=num_workers,
-                                 worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS)))
+        loader = DataLoader(self, batch_size=None, num_workers=num_workers)
+        ignore_in_workers(loader, WORKER_IGNORED_SIGNALS)
+        batches = iter(loader)
         try:
-            yield loader
+            yield batches
         finally:
             # An error raised mid-way keeps the iterator alive in its traceback, and workers
             # that ignore SIGTERM then held the process at its exit for ever.
-            loader._shutdown_workers()
+            batches._shutdown_workers()
 
 
 class NoMediaReadError(MediaReadError):

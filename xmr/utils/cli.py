@@ -527,7 +527,7 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 _sigterm_handler: Callable[[int, Any], None] | None = None  # the innermost block's
-_sigterm_blocked_for_fork = False
+_mask_before_fork: set[int] | None = None  # None: SIGTERM not held back for this fork
 
 
 def _block_sigterm_for_fork() -> None:
@@ -540,28 +540,29 @@ def _block_sigterm_for_fork() -> None:
     child running to its end (CI's test of it hung 60 s). Blocked, the signal waits in the
     kernel until the child has the default.
     """
-    global _sigterm_blocked_for_fork
-    _sigterm_blocked_for_fork = (_sigterm_handler is not None
-                                 and signal.getsignal(signal.SIGTERM) is _sigterm_handler)
-    if _sigterm_blocked_for_fork:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    global _mask_before_fork
+    _mask_before_fork = None
+    if _sigterm_handler is not None and signal.getsignal(signal.SIGTERM) is _sigterm_handler:
+        _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def _unblock_sigterm_in_parent() -> None:
-    if _sigterm_blocked_for_fork:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if _mask_before_fork is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)
 
 
 def _sigterm_default_in_child() -> None:
     """The child of a process under :func:`sigterm_interrupts` dies of SIGTERM at once, as
     ``multiprocessing`` expects of its children: one raising :class:`Terminated` printed a
     traceback and could linger in its own clean-up. A SIGTERM held back meanwhile is
-    delivered on unblocking, to the default."""
+    delivered as the mask before the fork comes back, to the default; one the fork's caller
+    blocked itself stays blocked (a DataLoader worker that ignores it once started:
+    :class:`~xmr.engine.worker_signals.BlockedSignalsContext`)."""
     global _sigterm_handler
-    if _sigterm_blocked_for_fork:
+    if _mask_before_fork is not None:
         _sigterm_handler = None
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)
 
 
 if hasattr(os, 'register_at_fork'):  # a platform without fork has no child to hand it to

@@ -308,14 +308,16 @@ def test_a_loader_whose_persistent_workers_ended_with_training_starts_new_ones()
 
 
 class WorkerView(torch.utils.data.Dataset):
-    """What a worker process sees: whether it ignores SIGTERM, and its loader's own init's mark."""
+    """What a worker process sees: whether it ignores SIGTERM, its loader's own init's mark, and
+    the signals it blocks (those it started with blocked, unblocked by its init)."""
 
     def __len__(self) -> int:
         return 2
 
     def __getitem__(self, index: int) -> tuple:
         return (signal.getsignal(signal.SIGTERM) is signal.SIG_IGN,
-                os.environ.get('XMR_TEST_WORKER_INIT'))
+                os.environ.get('XMR_TEST_WORKER_INIT'), sorted(signal.pthread_sigmask(
+                    signal.SIG_BLOCK, [])))
 
 
 def mark_worker(worker_id: int) -> None:
@@ -329,7 +331,7 @@ def test_workers_ignore_the_signals_and_still_run_the_loaders_own_init():
     preemption.workers_ignore(loader, [signal.SIGTERM])
     preemption.workers_ignore(loader, [signal.SIGTERM])  # a second phase on the same loader
     assert loader.worker_init_fn.init is mark_worker  # wrapped once
-    assert [tuple(item) for item in loader] == [(True, 'worker 0')] * 2
+    assert [tuple(item) for item in loader] == [(True, 'worker 0', [])] * 2
     assert signal.getsignal(signal.SIGTERM) is handler  # the main process's is its own
     assert 'XMR_TEST_WORKER_INIT' not in os.environ
 

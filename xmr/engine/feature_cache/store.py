@@ -41,7 +41,7 @@ from xmr.engine.feature_cache.ranks import (
     RankStoppedError,
     rank_rows,
 )
-from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, IgnoringWorkerInit
+from xmr.engine.worker_signals import WORKER_IGNORED_SIGNALS, ignore_in_workers
 from xmr.fileio import (
     OTHER_HOST_QUIET_SECONDS,
     atomic_write_text,
@@ -709,8 +709,8 @@ def _encode_media(out: _RankRows, dataset: Dataset, model: torch.nn.Module,
     done = progress.rows_done('media')
     # Whole batches were written: the batches from there are those of an uninterrupted build.
     loader = DataLoader(_RowMedia(dataset, indices[done:]), batch_size=out.batch_size,
-                        num_workers=num_workers, collate_fn=_collate_row_media,
-                        worker_init_fn=IgnoringWorkerInit(WORKER_IGNORED_SIGNALS))
+                        num_workers=num_workers, collate_fn=_collate_row_media)
+    ignore_in_workers(loader, WORKER_IGNORED_SIGNALS)
     unreadable = progress.unreadable('media')
     array = out.reopen(progress)
     with media_decoding(dataset, True):

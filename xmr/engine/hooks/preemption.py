@@ -13,7 +13,7 @@ from mmengine.hooks import Hook
 
 from xmr.engine.divergence import max_over_ranks
 from xmr.engine.hooks.checkpoint import CheckpointHook
-from xmr.engine.worker_signals import IgnoringWorkerInit, end_workers
+from xmr.engine.worker_signals import end_workers, ignore_in_workers
 from xmr.models.losses.distributed import host_group
 from xmr.registry import HOOKS
 
@@ -145,8 +145,7 @@ def workers_ignore(loader: Any, signals: Sequence[int]) -> None:
     if not getattr(loader, 'num_workers', 0):
         return
     _LOADERS_WITH_WORKERS.add(loader)
-    if signals and not isinstance(loader.worker_init_fn, IgnoringWorkerInit):
-        loader.worker_init_fn = IgnoringWorkerInit(signals, loader.worker_init_fn)
+    ignore_in_workers(loader, signals)
 
 
 def end_persistent_workers() -> None:
