@@ -88,10 +88,10 @@ class BlockedSignalsContext(BaseContext):
 
 
 class _BlockedSignalsProcess(BaseProcess):
-    """A process started as one of class ``started_as`` (a context's ``Process``) is, with
-    ``signals`` blocked in the thread that starts it, its mask restored after. One class, not
-    one made per ``started_as``: a spawned process is pickled to its child, its class named by
-    its module."""
+    """A process of class ``started_as`` (a context's ``Process``) that starts with ``signals``
+    blocked in the thread starting it, whose mask is restored after. One class here, not a
+    subclass made per ``started_as``: a spawned process is pickled to its child, which finds
+    the class by its module and name."""
 
     def __init__(self, started_as: type[BaseProcess], signals: Sequence[int], *args: Any,
                  **kwargs: Any) -> None:
