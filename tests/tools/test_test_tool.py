@@ -915,7 +915,8 @@ tool.main(sys.argv[1:])
 
 @pytest.mark.slow
 @pytest.mark.parametrize('moment', ['making the table', 'on disk, not renamed'])
-def test_a_test_killed_while_saving_keeps_the_earlier_result_whole(synthetic_setup, moment):
+def test_a_test_killed_while_saving_keeps_the_earlier_result_whole(synthetic_setup, monkeypatch,
+                                                                  moment):
     """SIGKILL while ``--overwrite`` saved: the new JSON stood beside the earlier result's CSV
     (a kill after the JSON, as the table was made), each looking valid, and a write killed
     before its rename left ``.model_test.*.<pid>.tmp`` there for good, through later runs.
@@ -925,8 +926,13 @@ def test_a_test_killed_while_saving_keeps_the_earlier_result_whole(synthetic_set
     command = [str(config()), str(root / 'model.pth'), '--overwrite']
 
     def test(run: int, moment: str = 'none') -> int:
-        return subprocess.run([sys.executable, '-c', KILLED_TEST, str(TOOL), str(run), moment,
-                               *command],
+        arguments = [str(TOOL), str(run), moment, *command]
+        if moment == 'none':  # nothing is killed: the same script, in this process
+            with monkeypatch.context() as patched:
+                patched.setattr(sys, 'argv', ['-c', *arguments])
+                exec(KILLED_TEST, {'__name__': '__main__'})
+            return 0
+        return subprocess.run([sys.executable, '-c', KILLED_TEST, *arguments],
                               env=dict(os.environ, PYTHONPATH=str(TOOL.parents[1])),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
