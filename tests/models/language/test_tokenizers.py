@@ -929,6 +929,30 @@ def test_open_clip_tokenizer_gives_open_clips_ids_padded_with_zeros():
     assert torch.equal(OpenCLIPTokenizer(pad_to=77)(texts)['input_ids'], expected)
 
 
+def test_open_clip_s_tokenizer_is_read_once_per_architecture(monkeypatch):
+    """Reading CLIP's BPE merges took 0.13 s a build, every time a model was built (580 builds,
+    78 of the 906 s of tests/engine and tests/configs); tokenizers sharing it keep their own
+    settings and give open_clip's ids."""
+    import open_clip
+
+    from xmr.models.language import tokenizers
+
+    read, real = [], open_clip.get_tokenizer
+    monkeypatch.setattr(open_clip, 'get_tokenizer', lambda name: read.append(name) or real(name))
+    tokenizers._open_clip_tokenizer.cache_clear()
+    texts = ['a red circle', 'two blue squares on the left of a big green triangle']
+    try:
+        full, short = OpenCLIPTokenizer(pad_to=77), OpenCLIPTokenizer(max_length=5)
+        OpenCLIPTokenizer('RN50')
+        assert read == ['ViT-B-32', 'RN50']
+        assert torch.equal(full(texts)['input_ids'], real('ViT-B-32')(texts))
+        # open_clip's first 4 ids, then its end token
+        assert short(texts)['input_ids'].tolist() == [
+            [*ids[:4], 49407] for ids in real('ViT-B-32')(texts).tolist()]
+    finally:
+        tokenizers._open_clip_tokenizer.cache_clear()
+
+
 @pytest.mark.parametrize('texts, langs', [('a dog', None), (['a dog', 'ein Hund'], 'de')])
 def test_a_single_string_for_the_captions_or_their_languages_is_refused(texts, langs):
     """A string is a sequence of one-character captions (languages): refused, not split."""
