@@ -28,21 +28,20 @@ def test_a_config_s_text_is_yapf_s_and_formatted_once(monkeypatch):
     assert 'iters=10' in cfg.pretty_text and len(calls) == 2
 
 
-def test_results_are_kept_by_source_and_options_the_latest_used_last_out():
+def test_results_are_kept_by_source_and_options():
     calls = []
 
     def format_code(source, **options):
         calls.append((source, options))
         return source.upper() + str(options.get('style', '')), True
 
-    format_once = FormatOnce(format_code, size=2)
+    format_once = FormatOnce(format_code, size=3)
     assert format_once('a') == ('A', True)
     assert format_once('a', style=1) == ('A1', True)
-    assert format_once('a') == ('A', True)  # kept, and now the latest used
-    assert format_once('b') == ('B', True)  # drops ('a', style=1)
-    assert format_once('a') == ('A', True)
-    assert format_once('a', style=1) == ('A1', True)
-    assert calls == [('a', {}), ('a', {'style': 1}), ('b', {}), ('a', {'style': 1})]
+    assert format_once('b') == ('B', True)
+    assert [format_once('a'), format_once('a', style=1), format_once('b')] == [
+        ('A', True), ('A1', True), ('B', True)]
+    assert calls == [('a', {}), ('a', {'style': 1}), ('b', {})]
 
 
 def test_mmengine_formats_through_one_format_once():

@@ -1,11 +1,12 @@
 """A config's text formatted by yapf once, however often MMEngine shows it."""
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import mmengine.config.config as mmengine_config
+
+from xmr.utils.recent import RecentResults
 
 __all__ = ['FormatOnce', 'format_config_text_once']
 
@@ -16,8 +17,10 @@ class FormatOnce:
     MMEngine formats a config's text with yapf each time it shows it (``Config.pretty_text``):
     a run's dumped config, its log, its message hub, and every checkpoint's meta: five times
     before a run's first iteration, each the same text. That is 0.3 s each for
-    ``configs/dasd/cclm_multi30k.py``, and 0.7 s for the tests' configs, whose data are written
-    in them: a quarter of a 16-iteration tiny run. The text comes out as yapf wrote it.
+    ``configs/dasd/cclm_multi30k.py``, and up to 1.4 s for a text whose model holds a line
+    longer than yapf's 79 columns (a test run's checkpoint path, given as its tokenizer's
+    ``model_file``), which yapf searches every way to split: a quarter of a 16-iteration tiny
+    run. The text comes out as yapf wrote it.
 
     Args:
         format_code: yapf's ``FormatCode``.
@@ -25,18 +28,12 @@ class FormatOnce:
     """
 
     def __init__(self, format_code: Callable[..., tuple[str, bool]], size: int = 16) -> None:
-        self.format_code, self.size = format_code, size
-        self.results: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
+        self.format_code = format_code
+        self.results: RecentResults[tuple[str, bool]] = RecentResults(size)
 
     def __call__(self, source: str, **options: Any) -> tuple[str, bool]:
-        key = (source, repr(options))
-        if key in self.results:
-            self.results.move_to_end(key)
-        else:
-            self.results[key] = self.format_code(source, **options)
-            if len(self.results) > self.size:
-                self.results.popitem(last=False)
-        return self.results[key]
+        return self.results.get((source, repr(options)),
+                                lambda: self.format_code(source, **options))
 
 
 def format_config_text_once() -> None:

@@ -215,6 +215,34 @@ def test_sentencepiece_trains_writes_and_reloads(tmp_path):
     assert ids[0, 0] == 2 and ids[0, trained(texts)['eos_index'][0]] == 3
 
 
+def test_a_vocabulary_is_learned_once_per_corpus_and_settings(monkeypatch):
+    """A model built again from its config learned its vocabulary again (4 s on the demo's
+    40,000 captions); the bytes kept are those SentencePiece learns. Other settings, or the same
+    text cut into other captions, learn their own."""
+    from xmr.models.language import tokenizers
+    from xmr.utils.recent import RecentResults
+
+    learned, learn = [], SentencePieceTokenizer._train
+
+    def counted(lines, *settings):
+        learned.append(settings)
+        return learn(lines, *settings)
+
+    monkeypatch.setattr(tokenizers, 'LEARNED_MODELS', RecentResults(4))
+    monkeypatch.setattr(SentencePieceTokenizer, '_train', staticmethod(counted))
+    corpus = CORPUS * 20
+    SentencePieceTokenizer(corpus=corpus, vocab_size=48)
+    again = SentencePieceTokenizer(corpus=list(corpus), vocab_size=48, max_length=8)
+    assert learned == [(48, 0.9999, 'unigram')]
+    assert again._sp.serialized_model_proto() == learn(corpus, 48, 0.9999, 'unigram')
+    assert again.max_length == 8
+    SentencePieceTokenizer(corpus=corpus, vocab_size=50)
+    cut = [CORPUS[0][:4], CORPUS[0][4:], *CORPUS[1:]] * 20  # the same characters in a row
+    SentencePieceTokenizer(corpus=cut, vocab_size=48)
+    assert learned == [(48, 0.9999, 'unigram'), (50, 0.9999, 'unigram'),
+                       (48, 0.9999, 'unigram')]
+
+
 @pytest.fixture
 def logged(monkeypatch) -> list[tuple[str, int | None]]:
     """The tokenizers module's ``print_log`` messages and levels, as they are logged."""
