@@ -6,8 +6,9 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import shutil
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker('slow') is None)
 
 
+#: Whether a test's call failed (its ``tmp_path`` is kept).
+CALL_FAILED = pytest.StashKey[bool]()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
     """A report's text with a lone surrogate (a path of bytes that are not UTF-8, which the
@@ -50,6 +55,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     an INTERNALERROR, without its summary, its failures listed or its slowest tests."""
     outcome = yield
     report = outcome.get_result()
+    if report.when == 'call':
+        item.stash[CALL_FAILED] = report.failed
     # A passed teardown's report carries the test's captured log too.
     report.sections = [(title, _utf8(content)) for title, content in report.sections]
     if report.failed and _utf8(text := str(report.longrepr)) != text:
@@ -109,6 +116,21 @@ def tiny_dasd_cfg() -> dict:
         disentangler=dict(type='SemanticsDisentangler',
                           adapter=dict(type='StaticAdapter', hidden=8),
                           generator=dict(d_z=16, d_u=4)))
+
+
+@pytest.fixture
+def tmp_path(tmp_path_factory: pytest.TempPathFactory,
+             request: pytest.FixtureRequest) -> Iterator[Path]:
+    """pytest's ``tmp_path`` under a short name (``t0``, ``t1``, ...), not the test's first 30
+    characters: a test run's checkpoint path, which its config gives as the tokenizer's
+    ``model_file``, then ran past yapf's 79 columns, and MMEngine's formatting of the config
+    searched every way to split it, up to 1.4 s a text (15% of tests/tools' time). Removed once
+    the test passes, as ``tmp_path_retention_policy = "failed"`` has pytest's own removed."""
+    path = tmp_path_factory.mktemp('t')
+    yield path
+    if (request.config.getini('tmp_path_retention_policy') == 'failed'
+            and not request.node.stash.get(CALL_FAILED, False)):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -48,3 +48,24 @@ def test_a_failure_naming_bytes_that_are_not_utf8_is_reported_by_an_xdist_worker
     assert result.returncode == 1 and '1 failed' in result.stdout
     assert "AssertionError: assert 'mod\\udce8le' == 'modele'" in result.stdout
     assert 'logged mod\\udce8le' in result.stdout
+
+
+def test_a_tmp_path_is_named_short_and_kept_only_when_its_test_fails(tmp_path):
+    """conftest's ``tmp_path``: ``t<N>``, not the test's name (a checkpoint path in a config
+    past yapf's 79 columns cost up to 1.4 s a format), removed after a passing test as
+    ``tmp_path_retention_policy = "failed"`` says."""
+    tests = tmp_path / 'test_folders.py'
+    tests.write_text("def test_passes(tmp_path):\n    (tmp_path / 'file').write_text('x')\n\n\n"
+                     "def test_fails(tmp_path):\n    (tmp_path / 'file').write_text('x')\n"
+                     '    assert False\n')
+    base = tmp_path / 'base'
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-c', str(REPO / 'pyproject.toml'), '--rootdir',
+         str(tmp_path), '-p', 'no:cacheprovider', '-p', 'tests.conftest', '--basetemp',
+         str(base), str(tests)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 1 and '1 failed, 1 passed' in result.stdout, result.stdout
+    # (and pytest's link to the latest folder, tcurrent)
+    assert [(folder.name, [f.name for f in folder.iterdir()]) for folder in base.iterdir()
+            if not folder.is_symlink()] == [('t1', ['file'])]
