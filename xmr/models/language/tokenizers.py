@@ -1022,9 +1022,9 @@ SENTENCEPIECE_MODEL_TYPES = ('unigram', 'bpe')
 
 
 #: SentencePiece models learned in this process, by :func:`_learning_key`: a model built again
-#: from its config (a test after training, a notebook, the tests' many builds) learns the same
-#: bytes from the same corpus (one thread, input unshuffled), in 4 s for the demo's 40,000
-#: captions.
+#: from its config (in a notebook, a sweep of one process, the tests' many builds) learns the
+#: same bytes from the same corpus (one thread, input unshuffled), in 4 s for the demo's 40,000
+#: captions. A test of a checkpoint reads the model the checkpoint carries instead.
 LEARNED_MODELS: RecentResults[bytes] = RecentResults(4)
 
 
