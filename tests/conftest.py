@@ -30,7 +30,15 @@ CORPUS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un cercle rouge à ga
 def pytest_configure() -> None:
     """Under pytest-xdist, share the cores among the workers as the tools share them among a
     run's processes: each worker's torch would take every core, and N workers' spinning OpenMP
-    threads then slow one another down."""
+    threads then slow one another down.
+
+    yapf (MMEngine's config imports it) writes its grammar cache at its first import in a new
+    environment, and publishes the file before its bytes (renamed inside the ``with`` that
+    writes it): a second worker importing yapf then read an empty file, an ``EOFError`` that
+    ended a fresh venv's run in an INTERNALERROR. Imported here first, by pytest-xdist's
+    controller too, before any worker starts."""
+    import yapf  # noqa: F401
+
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
     if workers > 1:
         from xmr.engine.threads import choose_cpu_threads

@@ -69,3 +69,16 @@ def test_a_tmp_path_is_named_short_and_kept_only_when_its_test_fails(tmp_path):
     # (and pytest's link to the latest folder, tcurrent)
     assert [(folder.name, [f.name for f in folder.iterdir()]) for folder in base.iterdir()
             if not folder.is_symlink()] == [('t1', ['file'])]
+
+
+def test_yapf_s_grammar_cache_is_written_before_any_xdist_worker_starts(tmp_path):
+    """yapf publishes its grammar cache empty for a moment; the controller's configure writes
+    it, so workers find it whole (an EOFError once ended a fresh venv's run)."""
+    script = ('import os, tests.conftest as c; c.pytest_configure(); '
+              "print(sorted(f for _, _, fs in os.walk(os.environ['XDG_CACHE_HOME']) for f in fs))")
+    env = {k: v for k, v in os.environ.items() if k != 'PYTEST_XDIST_WORKER_COUNT'}
+    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                            timeout=120, cwd=REPO, env=dict(env, XDG_CACHE_HOME=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    version = '.'.join(map(str, sys.version_info[:3]))
+    assert f'PatternGrammar-py{version}.{sys.version_info.releaselevel}.' in result.stdout
