@@ -1,3 +1,4 @@
+import hashlib
 import json
 import logging
 import pickle
@@ -24,6 +25,7 @@ from xmr.models.language.tokenizers import (
     build_tokenizer,
     pad_batch,
 )
+from xmr.utils.recent import RecentResults
 
 
 def test_pad_batch_pads_to_longest_and_marks_eos():
@@ -838,13 +840,21 @@ def test_a_tokenizer_file_saved_with_padding_and_truncation_on_pads_with_its_pad
     assert tokenizer.truncated == 1
 
 
-def test_a_tokenizer_file_is_parsed_once_until_it_changes_and_keeps_its_own_settings(tmp_path):
-    """Tokenizers built from one ``tokenizer.json`` share its parse; each still reads the pad id
-    of the file's padding settings, which the first one's build turned off in the shared
-    backend; the file rewritten with another vocabulary is parsed again."""
+def test_a_tokenizer_file_is_parsed_and_digested_once_until_it_changes_and_keeps_its_settings(
+        tmp_path, monkeypatch):
+    """Tokenizers built from one ``tokenizer.json`` share its parse and its vocabulary's digest;
+    each still reads the pad id of the file's padding settings, which the first one's build
+    turned off in the shared backend; the file rewritten with another vocabulary is parsed and
+    digested again. The digest is the one checkpoints record: the SHA-256 of the JSON list of
+    the ``[token, id]`` pairs in the pairs' sorted order, by hand here."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
+    from xmr.models.language import tokenizers
     from xmr.models.language.tokenizers import _read_tokenizer_file
+
+    digested, digest = [], tokenizers.vocabulary_digest
+    monkeypatch.setattr(tokenizers, 'vocabulary_digest',
+                        lambda vocabulary: digested.append(vocabulary) or digest(vocabulary))
 
     def write(vocab: dict[str, int]) -> str:
         fast = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
@@ -854,14 +864,21 @@ def test_a_tokenizer_file_is_parsed_once_until_it_changes_and_keeps_its_own_sett
         return str(tmp_path / 'tokenizer.json')
 
     _read_tokenizer_file.cache_clear()
+    monkeypatch.setattr(tokenizers, 'FILE_VOCABULARY_DIGESTS', RecentResults(8))
     path = write({'[UNK]': 0, '<blank>': 1, 'two': 2, 'red': 3})
     first, second = HFTokenizer(tokenizer_file=path), HFTokenizer(tokenizer_file=path)
     assert _read_tokenizer_file.cache_info().misses == 1
     assert first.pad_id == second.pad_id == 1 and second.encode('two red') == [2, 3]
+    expected = hashlib.sha256(b'[["<blank>", 1], ["[UNK]", 0], ["red", 3], ["two", 2]]')
+    assert first.vocabulary_digest() == second.vocabulary_digest() == expected.hexdigest()[:16]
+    assert len(digested) == 1
     path = write({'[UNK]': 0, 'red': 1, 'two': 2, 'dogs': 3, '<blank>': 4})
     third = HFTokenizer(tokenizer_file=path)
     assert _read_tokenizer_file.cache_info().misses == 2
     assert third.pad_id == 4 and third.encode('two red dogs') == [2, 1, 3]
+    expected = hashlib.sha256(
+        b'[["<blank>", 4], ["[UNK]", 0], ["dogs", 3], ["red", 1], ["two", 2]]')
+    assert third.vocabulary_digest() == expected.hexdigest()[:16] and len(digested) == 2
 
 
 def test_a_tokenizer_file_names_the_id_its_model_writes_for_an_unknown_piece(shared_data,
