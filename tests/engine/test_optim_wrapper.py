@@ -235,22 +235,29 @@ def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(t
         cfg.optim_wrapper.compiled_step = dict(backend='eager')
         return cfg
 
+    # The source phase trains the projections alone: Dynamo's tracing of a step grows with its
+    # tensors, 74 for the whole tiny backbone, and each of the three compiled runs traces anew.
+    phases = [dict(PHASES[0], trainable=['backbone.clip.text_projection',
+                                         'backbone.clip.visual.proj', 'losses.source_cm']),
+              *PHASES[1:]]
     torch.manual_seed(0)
-    _, eager = train(make_cfg(tmp_path / 'eager'))
+    _, eager = train(make_cfg(tmp_path / 'eager', phases))
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
     work_dir = tmp_path / 'compiled'
-    runner, first = train(compiled(make_cfg(work_dir, checkpoint_interval=7, stop_after=7)))
+    runner, first = train(compiled(make_cfg(work_dir, phases, checkpoint_interval=7,
+                                                       stop_after=7)))
     defaults = runner.optim_wrapper.optimizer.defaults
     assert (defaults['foreach'], defaults['capturable'], defaults['fused']) == (True, True, None)
     assert [r['phase'] for r in first] == ['source_finetune'] * 4 + ['cross_lingual'] * 3
     assert counters['stats']['unique_graphs'] == 4
     torch.manual_seed(123)
-    _, resumed = train(compiled(make_cfg(work_dir, resume_from=work_dir / 'iter_7.pth')))
+    _, resumed = train(compiled(make_cfg(work_dir, phases,
+                                             resume_from=work_dir / 'iter_7.pth')))
     assert len(first) + len(resumed) == len(eager) == 16
     torch.manual_seed(0)
-    _, whole = train(compiled(make_cfg(tmp_path / 'whole', checkpoint_interval=7)))
+    _, whole = train(compiled(make_cfg(tmp_path / 'whole', phases, checkpoint_interval=7)))
     assert [r['losses'] for r in first + resumed] == [r['losses'] for r in whole]
     assert_same_checkpoint(work_dir / 'iter_16.pth', tmp_path / 'whole' / 'iter_16.pth')
     # The eager run steps with fused AdamW, another kernel than the traced foreach step, whose
