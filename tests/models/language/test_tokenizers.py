@@ -880,6 +880,14 @@ def test_a_tokenizer_file_is_parsed_and_digested_once_until_it_changes_and_keeps
         b'[["<blank>", 4], ["[UNK]", 0], ["dogs", 3], ["red", 1], ["two", 2]]')
     assert third.vocabulary_digest() == expected.hexdigest()[:16] and len(digested) == 2
 
+    class Extended(HFTokenizer):  # a user's tokenizer listing one more token than its file
+        def vocabulary(self) -> dict[str, int]:
+            return {**self.token_ids, 'cats': 5}
+
+    assert Extended(tokenizer_file=path).vocabulary_digest() == hashlib.sha256(
+        b'[["<blank>", 4], ["[UNK]", 0], ["cats", 5], ["dogs", 3], ["red", 1], ["two", 2]]'
+    ).hexdigest()[:16]
+
 
 def test_a_tokenizer_file_names_the_id_its_model_writes_for_an_unknown_piece(shared_data,
                                                                              tmp_path):

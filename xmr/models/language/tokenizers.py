@@ -880,8 +880,9 @@ class HFTokenizer(BaseTokenizer):
 
     def vocabulary_digest(self) -> str | None:
         """The base's digest, computed once for every tokenizer read from the same
-        ``tokenizer.json`` (:data:`FILE_VOCABULARY_DIGESTS`)."""
-        if self._file is None:
+        ``tokenizer.json`` (:data:`FILE_VOCABULARY_DIGESTS`), unless a subclass lists another
+        vocabulary than the file's."""
+        if self._file is None or type(self).vocabulary is not HFTokenizer.vocabulary:
             return super().vocabulary_digest()
         return FILE_VOCABULARY_DIGESTS.get(self._file, super().vocabulary_digest)
 
