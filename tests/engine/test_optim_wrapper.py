@@ -247,14 +247,14 @@ def test_a_phased_run_with_a_compiled_step_trains_and_resumes_as_the_eager_run(t
     torch.manual_seed(0)
     work_dir = tmp_path / 'compiled'
     runner, first = train(compiled(make_cfg(work_dir, phases, checkpoint_interval=7,
-                                                       stop_after=7)))
+                                            stop_after=7)))
     defaults = runner.optim_wrapper.optimizer.defaults
     assert (defaults['foreach'], defaults['capturable'], defaults['fused']) == (True, True, None)
     assert [r['phase'] for r in first] == ['source_finetune'] * 4 + ['cross_lingual'] * 3
     assert counters['stats']['unique_graphs'] == 4
     torch.manual_seed(123)
     _, resumed = train(compiled(make_cfg(work_dir, phases,
-                                             resume_from=work_dir / 'iter_7.pth')))
+                                         resume_from=work_dir / 'iter_7.pth')))
     assert len(first) + len(resumed) == len(eager) == 16
     torch.manual_seed(0)
     _, whole = train(compiled(make_cfg(tmp_path / 'whole', phases, checkpoint_interval=7)))
