@@ -42,6 +42,17 @@ def test_unknown_type_lists_the_closest_registered_names():
     assert 'StaticAdaptor' not in ADAPTERS and 'StaticAdapter' in ADAPTERS
 
 
+def test_a_membership_test_neither_imports_the_name_nor_writes_an_error(monkeypatch):
+    """``in`` asks for a registered type: a name that only imports as a module (``json``) is
+    none, and a miss writes no suggestions (a config's check asks every registry about every
+    part's type). A dotted name is still resolved as MMEngine resolves it."""
+    monkeypatch.setattr(registry.XMRRegistry, '_unknown_type_message',
+                        lambda *args: pytest.fail('an error message was written'))
+    assert 'json' not in ADAPTERS and 'OpenCLIPBackbone' not in ADAPTERS
+    assert 'OpenCLIPBackbone' in MODELS and 'LoggerHook' in HOOKS  # its parent's
+    assert 'mmengine.hooks.LoggerHook' in HOOKS
+
+
 def test_a_type_registered_in_another_registry_is_named_with_it(monkeypatch):
     """A user's adapter registered with MODELS was 'not a registered type' in the adapter
     registry, with advice to add the custom_imports the config already had."""
