@@ -46,8 +46,8 @@ def test_config_builds_its_model_and_the_model_accepts_its_phases(path: Path):
     cfg = Config.fromfile(path)
     model_cfg = cfg.model.to_dict()
     model_cfg['backbone'] = tiny_backbone_cfg()
-    torch.manual_seed(0)
-    model = MODELS.build(model_cfg)
+    with torch.device('meta'):  # the parts' names, not the UNets' 176M drawn values
+        model = MODELS.build(model_cfg)
     names = [name for name, _ in model.named_parameters()]
     for phase in cfg.train_cfg.phases:
         model.set_phase(phase.name, phase.loss_weights)
