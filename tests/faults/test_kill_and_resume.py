@@ -6,7 +6,8 @@ of a phase: the iteration under way ends with its checkpoint, and the resumed ru
 The run is a subprocess started through a small driver that makes it stop at the chosen moment
 (half of ``iter_8.pth`` written, or the start of iteration 10) and say so in a marker file;
 the test then kills it with SIGKILL, as a crash or an out-of-memory killer would, or sends
-SIGTERM, for which the driver waits at that moment.
+SIGTERM, for which the driver waits at that moment. The resumed run, like the uninterrupted one,
+trains in the test's process.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from pathlib import Path
 import pytest
 from mmengine.config import Config
 
+import xmr.fileio
 from tests.conftest import REPO, assert_same_checkpoint
 from tests.engine.hooks.test_phase_report_hook import read_report, report_cfg
+from xmr.engine.loops import PhasedTrainLoop
 from xmr.engine.work_dir import LOCK_NAME
 
 sys.path.insert(0, str(REPO / 'tools'))
@@ -126,8 +129,8 @@ def best_config(tiny_config, tmp_path_factory) -> Path:
     return path
 
 
-def train(config: Path, work_dir: Path) -> Path:
-    train_tool.main([str(config), '--work-dir', str(work_dir)])
+def train(config: Path, work_dir: Path, *options: str) -> Path:
+    train_tool.main([str(config), '--work-dir', str(work_dir), *options])
     return work_dir
 
 
@@ -171,22 +174,30 @@ def kill_at(moment: str, config: Path, work_dir: Path, tmp_path: Path,
     return returncode
 
 
-def resume(config: Path, work_dir: Path, tmp_path: Path) -> tuple[list[int], list[str]]:
+def resume(config: Path, work_dir: Path, monkeypatch) -> tuple[list[int], list[str]]:
     """Resume the run with ``--resume``; return the iterations it trained and the files it
     wrote, in order."""
-    marker = tmp_path / 'resumed'
-    subprocess.run(driver_command(tmp_path, marker, 'none', config, work_dir, ('--resume',)),
-                   env=environment(), check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    lines = Path(f'{marker}.record').read_text(encoding='utf-8').splitlines()
-    return ([int(line.split()[1]) for line in lines if line.startswith('iteration ')],
-            [line.split()[1] for line in lines if line.startswith('wrote ')])
+    iterations, written = [], []
+    run_iter, atomic_open = PhasedTrainLoop.run_iter, xmr.fileio.atomic_open
+
+    def recording_run_iter(self, data_batch):
+        iterations.append(self.iter)
+        run_iter(self, data_batch)
+
+    def recording_open(path, *args, **kwargs):
+        written.append(os.path.basename(str(path)))
+        return atomic_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(PhasedTrainLoop, 'run_iter', recording_run_iter)
+    monkeypatch.setattr(xmr.fileio, 'atomic_open', recording_open)
+    train(config, work_dir, '--resume')
+    return iterations, written
 
 
-def assert_resumed_at(start: int, work_dir: Path, tmp_path: Path, config: Path) -> None:
+def assert_resumed_at(start: int, work_dir: Path, config: Path, monkeypatch) -> None:
     """Resume the run: it must train iterations ``start`` to 15 alone and write no
     checkpoint of an iteration before ``start`` (a run restarted from iteration 0 would)."""
-    iterations, written = resume(config, work_dir, tmp_path)
+    iterations, written = resume(config, work_dir, monkeypatch)
     assert iterations == list(range(start, 16))
     assert [name for name in written if name.startswith('iter_')] == [
         f'iter_{i}.pth' for i in range(start + 1, 17) if i % 4 == 0]
@@ -200,7 +211,7 @@ def assert_same_run(work_dir: Path, reference: Path) -> None:
 
 
 def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resumes(
-        tiny_config, uninterrupted, tmp_path):
+        tiny_config, uninterrupted, tmp_path, monkeypatch):
     work_dir = tmp_path / 'work'
     kill_at('iter_8.pth', tiny_config, work_dir, tmp_path)
     # Half of iter_8.pth lies under a temporary name only; iter_4.pth, which it was to
@@ -211,23 +222,23 @@ def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_and_resume
     assert (work_dir / 'last_checkpoint').read_text() == str(work_dir / 'iter_4.pth')
     assert (work_dir / LOCK_NAME).exists()  # left by the killed run
 
-    assert_resumed_at(4, work_dir, tmp_path, tiny_config)
+    assert_resumed_at(4, work_dir, tiny_config, monkeypatch)
     assert not list(work_dir.glob('.*.tmp'))
     assert not (work_dir / LOCK_NAME).exists()
     assert_same_run(work_dir, uninterrupted)
 
 
 def test_a_kill_in_the_middle_of_a_phase_resumes_to_the_uninterrupted_weights(
-        tiny_config, uninterrupted, tmp_path):
+        tiny_config, uninterrupted, tmp_path, monkeypatch):
     work_dir = tmp_path / 'work'
     kill_at('iteration 10', tiny_config, work_dir, tmp_path)  # cross_lingual: iterations 4-11
     assert sorted(p.name for p in work_dir.glob('*.pth')) == ['iter_8.pth']
-    assert_resumed_at(8, work_dir, tmp_path, tiny_config)
+    assert_resumed_at(8, work_dir, tiny_config, monkeypatch)
     assert_same_run(work_dir, uninterrupted)
 
 
 def test_sigterm_saves_the_iteration_under_way_and_resumes_to_the_uninterrupted_weights(
-        tiny_config, uninterrupted, tmp_path):
+        tiny_config, uninterrupted, tmp_path, monkeypatch):
     work_dir = tmp_path / 'work'
     # Two workers read the cross-lingual batches: the signal reaches them too.
     status = kill_at('SIGTERM at iteration 10', tiny_config, work_dir, tmp_path, signal.SIGTERM,
@@ -236,12 +247,12 @@ def test_sigterm_saves_the_iteration_under_way_and_resumes_to_the_uninterrupted_
     # Iteration 10 (the 11th) ended and was saved; the periodic checkpoint was iter_8.pth.
     assert (work_dir / 'last_checkpoint').read_text() == str(work_dir / 'iter_11.pth')
     assert not (work_dir / LOCK_NAME).exists()  # the run ended through its hooks
-    assert_resumed_at(11, work_dir, tmp_path, tiny_config)
+    assert_resumed_at(11, work_dir, tiny_config, monkeypatch)
     assert_same_run(work_dir, uninterrupted)
 
 
 def test_a_kill_while_a_phase_best_is_written_leaves_no_partial_file_and_resumes(
-        best_config, tmp_path_factory, tmp_path):
+        best_config, tmp_path_factory, tmp_path, monkeypatch):
     """Half of ``phase_best/cross_lingual_iter_6.pth`` written, then SIGKILL: the resumed run
     wrote the file again, and the killed run's ``.cross_lingual_iter_6.pth.<pid>.tmp`` stayed
     beside it for good. Expected: removed when the resumed run starts, the run otherwise the
@@ -250,7 +261,7 @@ def test_a_kill_while_a_phase_best_is_written_leaves_no_partial_file_and_resumes
     work_dir = tmp_path / 'work'
     kill_at('cross_lingual_iter_6.pth', best_config, work_dir, tmp_path)
     assert len(list((work_dir / 'phase_best').glob('.cross_lingual_iter_6.pth.*.tmp'))) == 1
-    assert_resumed_at(4, work_dir, tmp_path, best_config)
+    assert_resumed_at(4, work_dir, best_config, monkeypatch)
     assert sorted(path.name for path in (work_dir / 'phase_best').iterdir()) == sorted(
         path.name for path in (reference / 'phase_best').iterdir())
     assert_same_run(work_dir, reference)
