@@ -280,6 +280,30 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+#: Pieces of XLM-R's vocabulary a cut copy keeps (:func:`xlmr_spec`); ``<mask>`` follows them.
+XLMR_CUT_PIECES = 20_000
+
+
+def xlmr_spec(cut: bool = False) -> dict:
+    """XLM-R's tokenizer.json (``../shared/data``) as a dict; ``cut``: its vocabulary cut to
+    its first :data:`XLMR_CUT_PIECES` of 250,002 pieces (the specials, then the likeliest; the
+    words past them are read as several pieces) and ``<mask>`` renumbered after them, its
+    pipeline whole (normaliser, pre-tokeniser, the post-processor's ``<s>`` and ``</s>``). For
+    a test of truncation or of the pipeline on copies of the file: the copies' transformers
+    routes read 17 MB at about 1.5 s a load."""
+    path = SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'
+    if not path.is_file():
+        pytest.skip(f'XLM-R tokenizer fixture missing: {path}')
+    spec = json.loads(path.read_text(encoding='utf-8'))
+    if cut:
+        vocabulary = spec['model']['vocab']
+        spec['model']['vocab'] = [*vocabulary[:XLMR_CUT_PIECES], vocabulary[-1]]
+        for token in spec['added_tokens']:
+            if token['id'] == len(vocabulary) - 1:
+                token['id'] = XLMR_CUT_PIECES
+    return spec
+
+
 def phase_loss_keys(model, loss_weights: dict) -> set[str]:
     """The ``loss_<name>`` keys a retriever returns for a phase's weights: the retriever's own
     losses, and every loss of its disentangler when the phase scales them (``disentangler``)."""

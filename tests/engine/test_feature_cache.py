@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from tests.conftest import REPO, tiny_retriever_cfg
+from tests.conftest import REPO, tiny_retriever_cfg, xlmr_spec
 from tests.engine.test_distributed import free_port
 from xmr.datasets import (
     Annotation,
@@ -871,17 +871,15 @@ def test_a_tokenizer_that_composes_captions_keys_another_cache_than_one_that_doe
                                                                pad_id=0))
 
 
-def test_a_tokenizers_pipeline_keys_the_cache_alike_on_both_routes_of_one_snapshot(
-        shared_data, tmp_path):
-    """An XLM-R snapshot keys one cache by folder and by its tokenizer.json. Its vocabulary
-    under transformers 5's rebuilt pre-tokeniser (whitespace split first, which drops a
-    caption's trailing space) keys another: caches built before xmr read the snapshot's own
-    pipeline are rebuilt, not read as current."""
+def test_a_tokenizers_pipeline_keys_the_cache_alike_on_both_routes_of_one_snapshot(tmp_path):
+    """An XLM-R snapshot (its vocabulary cut) keys one cache by folder and by its
+    tokenizer.json. Its vocabulary under transformers 5's rebuilt pre-tokeniser (whitespace
+    split first, which drops a caption's trailing space) keys another: caches built before xmr
+    read the snapshot's own pipeline are rebuilt, not read as current."""
     from xmr.engine.feature_cache.key import tokenizer_identity
     from xmr.models.language.tokenizers import HFTokenizer
 
-    spec = json.loads((shared_data / 'tokenizers' / 'xlm-roberta.tokenizer.json').read_text(
-        encoding='utf-8'))
+    spec = xlmr_spec(cut=True)
     config = {'tokenizer_class': 'XLMRobertaTokenizer', 'pad_token': '<pad>'}
     for name, pre_tokenizer in (('own', spec['pre_tokenizer']),
                                 ('rebuilt', {'type': 'Sequence', 'pretokenizers': [

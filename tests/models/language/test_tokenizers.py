@@ -10,9 +10,10 @@ import torch
 
 from tests.conftest import (
     CORPUS,
-    SHARED_DATA,
     UNCACHED_TOKENIZER,
+    XLMR_CUT_PIECES,
     check_offline_tokenizer_error,
+    xlmr_spec,
 )
 from tests.models.backbones.open_clip_families import gemma_snapshot
 from xmr.models.language.tokenizers import (
@@ -603,19 +604,17 @@ def test_a_tokenizer_file_pads_with_the_id_its_snapshot_names(siglip_t5_folder, 
 def xlmr_tokenizer_files(tmp_path_factory):
     """A function of ``post_processor`` giving a folder with XLM-R's tokenizer.json (without
     its post-processor, which appends ``</s>``, unless ``post_processor``; with this one if it
-    is one) and a transformers folder of it, ``folder``. Written once per post-processor in
-    the module: writing and reading the 17 MB file again took most of this module's time."""
+    is one; its vocabulary cut if ``cut``, :func:`~tests.conftest.xlmr_spec`) and a
+    transformers folder of it, ``folder``. Written once per choice in the module: writing and
+    reading the 17 MB file again took most of this module's time."""
     from transformers import PreTrainedTokenizerFast
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f'real data fixtures not found at {SHARED_DATA}')
     written = {}
 
-    def files(post_processor: bool | dict) -> Path:
-        key = json.dumps(post_processor, sort_keys=True)
+    def files(post_processor: bool | dict, cut: bool = False) -> Path:
+        key = json.dumps([post_processor, cut], sort_keys=True)
         if key not in written:
-            spec = json.loads((SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json')
-                              .read_text(encoding='utf-8'))
+            spec = xlmr_spec(cut)
             if post_processor is not True:
                 spec['post_processor'] = post_processor or None
             folder = tmp_path_factory.mktemp('xlmr')
@@ -641,7 +640,7 @@ def test_hf_tokenizer_truncates_as_open_clip_with_and_without_an_end_token(
     """A tokenizer whose post-processor appends no end token is cut to its first max_length
     ids, as Hugging Face's (and so open_clip's) truncation does; the caption's last piece is no
     end token to keep. XLM-R's own keeps its ``</s>``."""
-    files = xlmr_tokenizer_files(post_processor)
+    files = xlmr_tokenizer_files(post_processor, cut=True)
     caption = 'one two three four five six seven eight nine ten eleven twelve'
     expected = open_clip_ids(files / 'folder', caption)
     assert (expected[-1] == 2) == post_processor  # XLM-R's </s>
@@ -657,16 +656,16 @@ def test_two_appended_end_tokens_are_both_kept_by_truncation_as_open_clip_keeps_
     NLLB's (``pieces </s> en_XX``; ``<mask>`` stands in for the code here): a long caption
     keeps both, as Hugging Face's truncation (and so open_clip's) keeps them, and its pieces
     are those without either."""
-    special = {'</s>': [2], '<mask>': [250001]}
+    special = {'</s>': [2], '<mask>': [XLMR_CUT_PIECES]}
     template = {'type': 'TemplateProcessing', 'pair': [],
                 'single': [{'Sequence': {'id': 'A', 'type_id': 0}},
                            *({'SpecialToken': {'id': t, 'type_id': 0}} for t in special)],
                 'special_tokens': {t: {'id': t, 'ids': ids, 'tokens': [t]}
                                    for t, ids in special.items()}}
-    files = xlmr_tokenizer_files(template)
+    files = xlmr_tokenizer_files(template, cut=True)
     caption = 'one two three four five six seven eight nine ten eleven twelve'
     expected = open_clip_ids(files / 'folder', caption)
-    assert expected[-2:] == [2, 250001]
+    assert expected[-2:] == [2, XLMR_CUT_PIECES]
     for tokenizer in (HFTokenizer(tokenizer_file=str(files / 'tokenizer.json'), max_length=8),
                       HFTokenizer(name_or_path=str(files / 'folder'), max_length=8)):
         assert tokenizer([caption])['input_ids'][0].tolist() == expected
@@ -705,7 +704,7 @@ def test_a_caption_ending_in_its_own_special_token_is_cut_as_one_without_an_end_
     """A tokenizer whose post-processor appends nothing keeps a caption's first max_length ids
     also when the caption's own last piece is a special token (``<unk>`` of an unknown
     character), as Hugging Face and open_clip cut it: that piece is no end token."""
-    files = xlmr_tokenizer_files(post_processor=False)
+    files = xlmr_tokenizer_files(post_processor=False, cut=True)
     caption = 'one two three four five six seven eight nine ten eleven \u0378'
     tokenizer = HFTokenizer(tokenizer_file=str(files / 'tokenizer.json'), max_length=8)
     assert tokenizer.encode(caption)[-1] == 3  # XLM-R's <unk>, a special token
@@ -1056,15 +1055,14 @@ def test_open_clip_tokenizer_refuses_other_tokenizers_and_unknown_names_before_a
 
 @pytest.fixture(scope='module')
 def left_truncating_xlmr_folder(tmp_path_factory) -> Path:
-    """An XLM-R snapshot whose config says ``truncation_side='left'``, written once."""
+    """An XLM-R snapshot (its vocabulary cut) whose config says ``truncation_side='left'``,
+    written once."""
     from transformers import XLMRobertaTokenizerFast
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f'real data fixtures not found at {SHARED_DATA}')
     folder = tmp_path_factory.mktemp('xlmr_left')
-    XLMRobertaTokenizerFast(
-        tokenizer_file=str(SHARED_DATA / 'tokenizers' / 'xlm-roberta.tokenizer.json'),
-        truncation_side='left').save_pretrained(folder)
+    (folder / 'cut.json').write_text(json.dumps(xlmr_spec(cut=True)), encoding='utf-8')
+    XLMRobertaTokenizerFast(tokenizer_file=str(folder / 'cut.json'),
+                            truncation_side='left').save_pretrained(folder)
     return folder
 
 
