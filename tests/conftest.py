@@ -6,13 +6,15 @@ import importlib.util
 import json
 import multiprocessing
 import os
-import shutil
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 import torch
+
+#: The suite's settings, a plugin apart from torch (tests/plugin.py).
+pytest_plugins = ['tests.plugin']
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / '..' / 'shared' / 'data').resolve()
@@ -30,59 +32,11 @@ CORPUS = ['ein roter Kreis', 'zwei blaue Quadrate links', 'un cercle rouge à ga
 def pytest_configure() -> None:
     """Under pytest-xdist, share the cores among the workers as the tools share them among a
     run's processes: each worker's torch would take every core, and N workers' spinning OpenMP
-    threads then slow one another down.
-
-    yapf (MMEngine's config imports it) writes its grammar cache at its first import in a new
-    environment, and publishes the file before its bytes (renamed inside the ``with`` that
-    writes it): a second worker importing yapf then read an empty file, an ``EOFError`` that
-    ended a fresh venv's run in an INTERNALERROR. Imported here first, by pytest-xdist's
-    controller too, before any worker starts."""
-    import yapf  # noqa: F401
-
+    threads then slow one another down."""
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
     if workers > 1:
         from xmr.engine.threads import choose_cpu_threads
         torch.set_num_threads(choose_cpu_threads(local_processes=workers)[0])
-
-
-def pytest_collection_finish() -> None:
-    """The objects the collection made (torch's, transformers' and every test module's, some
-    500,000) frozen out of the cyclic collector, and its first generation grown from 700 to
-    20,000 allocations: full collections scanned them again and again while the compile tests'
-    and runners' objects piled up, 8% of the suite's time."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 10)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The end-to-end runs (``slow``, up to minutes) first, each group in file order: pytest-xdist
-    hands tests out in this order, so no worker is left with a long run once the others are done."""
-    items.sort(key=lambda item: item.get_closest_marker('slow') is None)
-
-
-#: Whether a test's call failed (its ``tmp_path`` is kept).
-CALL_FAILED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
-    """A report's text with a lone surrogate (a path of bytes that are not UTF-8, which the
-    tests of such paths print or log) made UTF-8, its surrogates escaped: pytest-xdist sends a
-    worker's reports to the controller as UTF-8, and one it cannot encode ended the whole run in
-    an INTERNALERROR, without its summary, its failures listed or its slowest tests."""
-    outcome = yield
-    report = outcome.get_result()
-    if report.when == 'call':
-        item.stash[CALL_FAILED] = report.failed
-    # A passed teardown's report carries the test's captured log too.
-    report.sections = [(title, _utf8(content)) for title, content in report.sections]
-    if report.failed and _utf8(text := str(report.longrepr)) != text:
-        report.longrepr = _utf8(text)
-
-
-def _utf8(text: str) -> str:
-    return text.encode('utf-8', 'backslashreplace').decode('utf-8')
 
 
 #: A mixed-language training batch of four 32 px images (German and Chinese captions), the
@@ -134,21 +88,6 @@ def tiny_dasd_cfg() -> dict:
         disentangler=dict(type='SemanticsDisentangler',
                           adapter=dict(type='StaticAdapter', hidden=8),
                           generator=dict(d_z=16, d_u=4)))
-
-
-@pytest.fixture
-def tmp_path(tmp_path_factory: pytest.TempPathFactory,
-             request: pytest.FixtureRequest) -> Iterator[Path]:
-    """pytest's ``tmp_path`` under a short name (``t0``, ``t1``, ...), not the test's first 30
-    characters: a test run's checkpoint path, which its config gives as the tokenizer's
-    ``model_file``, then ran past yapf's 79 columns, and MMEngine's formatting of the config
-    searched every way to split it, up to 1.4 s a text (15% of tests/tools' time). Removed once
-    the test passes, as ``tmp_path_retention_policy = "failed"`` has pytest's own removed."""
-    path = tmp_path_factory.mktemp('t')
-    yield path
-    if (request.config.getini('tmp_path_retention_policy') == 'failed'
-            and not request.node.stash.get(CALL_FAILED, False)):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

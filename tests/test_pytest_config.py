@@ -40,7 +40,7 @@ def test_a_failure_naming_bytes_that_are_not_utf8_is_reported_by_an_xdist_worker
         "    assert os.fsdecode(b'mod\\xe8le') == 'modele'\n")
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-c', str(REPO / 'pyproject.toml'), '--rootdir',
-         str(tmp_path), '-p', 'no:cacheprovider', '-p', 'tests.conftest', '-n', '1',
+         str(tmp_path), '-p', 'no:cacheprovider', '-p', 'tests.plugin', '-n', '1',
          str(failing)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -61,7 +61,7 @@ def test_a_tmp_path_is_named_short_and_kept_only_when_its_test_fails(tmp_path):
     base = tmp_path / 'base'
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-c', str(REPO / 'pyproject.toml'), '--rootdir',
-         str(tmp_path), '-p', 'no:cacheprovider', '-p', 'tests.conftest', '--basetemp',
+         str(tmp_path), '-p', 'no:cacheprovider', '-p', 'tests.plugin', '--basetemp',
          str(base), str(tests)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -74,7 +74,7 @@ def test_a_tmp_path_is_named_short_and_kept_only_when_its_test_fails(tmp_path):
 def test_yapf_s_grammar_cache_is_written_before_any_xdist_worker_starts(tmp_path):
     """yapf publishes its grammar cache empty for a moment; the controller's configure writes
     it, so workers find it whole (an EOFError once ended a fresh venv's run)."""
-    script = ('import os, tests.conftest as c; c.pytest_configure(); '
+    script = ('import os, tests.plugin as p; p.pytest_configure(); '
               "print(sorted(f for _, _, fs in os.walk(os.environ['XDG_CACHE_HOME']) for f in fs))")
     env = {k: v for k, v in os.environ.items() if k != 'PYTEST_XDIST_WORKER_COUNT'}
     result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
