@@ -43,12 +43,6 @@ from xmr.engine.loops import PhasedTrainLoop
 marker, moment = sys.argv.pop(1), sys.argv.pop(1)
 
 
-def record(line):
-    # What the run did, for the test to check: the iterations it trained, the files it wrote.
-    with open(marker + '.record', 'a') as handle:
-        print(line, file=handle)
-
-
 def stop_here():
     open(marker, 'w').close()
     time.sleep(600)
@@ -69,7 +63,6 @@ real_open = xmr.fileio.atomic_open
 
 @contextmanager
 def pausing_open(path, mode='wb', **kwargs):
-    record(f'wrote {os.path.basename(str(path))}')
     with real_open(path, mode, **kwargs) as handle:
         yield HalfWriter(handle) if os.path.basename(str(path)) == moment else handle
 
@@ -78,7 +71,6 @@ real_run_iter = PhasedTrainLoop.run_iter
 
 
 def pausing_run_iter(self, data_batch):
-    record(f'iteration {self.iter}')
     if moment == f'iteration {self.iter}':
         stop_here()
     if moment == f'SIGTERM at iteration {self.iter}':
@@ -140,8 +132,8 @@ def environment() -> dict[str, str]:
 
 def driver_command(tmp_path: Path, marker: Path, moment: str, config: Path, work_dir: Path,
                    options: tuple[str, ...] = ()) -> list[str]:
-    """tools/train.py run through the driver, stopping at ``moment`` (never for a moment it
-    does not know) and recording what it does in ``<marker>.record``."""
+    """tools/train.py run through the driver, stopping at ``moment`` and saying so in
+    ``marker``."""
     driver = tmp_path / 'driver.py'
     driver.write_text(DRIVER)
     return [sys.executable, str(driver), str(marker), moment, str(REPO), str(config),
