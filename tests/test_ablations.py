@@ -109,8 +109,21 @@ def test_unknown_or_empty_ablation(tmp_path):
         ablation_path('dsad/')
     empty = tmp_path / 'empty.py'
     empty.write_text('# nothing\n')
-    with pytest.raises(ValueError, match='changes nothing'):
+    with pytest.raises(ValueError, match=f"^ablation '{empty}' changes nothing"):
         apply_ablations(load(DASD_CONFIGS[0]), [str(empty)])
+
+
+def test_a_row_with_a_base_is_refused(tmp_path):
+    """Merged as MMEngine merges a child, the row's base replaced the config it was run with
+    (a static-adapter config ran as DASD under the static config's name)."""
+    row = tmp_path / 'rowbase.py'
+    row.write_text(f"_base_ = ['{CONFIGS / DASD_CONFIGS[-1]}']\n")
+    with pytest.raises(ValueError, match=f"^ablation '{row}' has a _base_: "):
+        apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    row.write_text("model = dict(language_branch=dict(adapters=dict(hidden=8)))\n"
+                   "_base__note = 'a variable, not a base'\n")
+    cfg = apply_ablations(load('demo/static_tiny-clip_synthetic.py'), [str(row)])
+    assert cfg.model.language_branch.adapters.hidden == 8
 
 
 def test_the_run_config_applies_ablations_before_options_and_names_the_work_dir():

@@ -990,10 +990,14 @@ def test_a_top_level_key_one_edit_from_a_read_one_is_refused(tmp_path, line, key
     leaf.write_text(f"_base_ = ['{DEMO}']\n{line}\n")
     message = (f"is read by nothing (did you mean '{meant}'?): {meant} keeps the value it has "
                'without it: correct the key')
-    with pytest.raises(UserError, match=re.escape(
-            f"{leaf}: the top-level key '{key}' (of the file, a base or an --ablation row) "
-            f'{message}')):
+    with pytest.raises(UserError, match=re.escape(f"{leaf}: the top-level key '{key}' {message}")):
         load_run_config(leaf)
+    # Brought by a row, the row is named, not the config it was run with.
+    row = tmp_path / 'row.py'
+    row.write_text(f'{line}\n')
+    with pytest.raises(UserError, match=re.escape(
+            f"--ablation {row} ({row}): the top-level key '{key}' {message}")):
+        load_run_config(DEMO, ablations=[str(row)])
     if meant not in load_run_config(DEMO):  # else the option's own check names it
         with pytest.raises(UserError, match=re.escape(
                 f"--cfg-options {key}: the top-level key '{key}' {message}")):

@@ -19,6 +19,7 @@ replaces whole a part where it set one), fails before anything is built, naming 
 """
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 from mmengine.config import Config
 
+from xmr.config_files import read_config_file
 from xmr.config_variables import stale_copies
 from xmr.packaged import packaged_root
 from xmr.utils.cli import did_you_mean
@@ -103,12 +105,17 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
     for name in names:
         path = ablation_path(name)
         # Its custom_imports are the merged config's, which load_run_config imports.
-        overlay = Config.fromfile(str(path), import_custom_modules=False).to_dict()
-        if not overlay:
-            raise ValueError(f'ablation {name!r} ({path}) changes nothing: it defines no key')
+        overlay = read_config_file(path).to_dict()
         who = f'ablation {str(name)!r}'
-        _refuse_copied_variables(cfg.to_dict(), overlay,
-                                 who if str(name).endswith('.py') else f'{who} ({path})')
+        where = who if str(name).endswith('.py') else f'{who} ({path})'
+        if _has_base(path):
+            raise ValueError(f'{where} has a _base_: a row holds only what it changes, merged '
+                             'into the config it is run with, which its base would replace '
+                             'whole; drop the _base_, and give the config to start from as '
+                             'CONFIG')
+        if not overlay:
+            raise ValueError(f'{where} changes nothing: it defines no key')
+        _refuse_copied_variables(cfg.to_dict(), overlay, where)
         overlay = _every_item_indexed(overlay, cfg.to_dict(), who)
         for keys in _merged_paths(overlay):
             # Setting a key that is None is an override; merging beneath it completes a part
@@ -143,6 +150,13 @@ def apply_ablations(cfg: Config, names: Sequence[str | os.PathLike]) -> Config:
             removed[keys] = who
         cfg.merge_from_dict(list_items_replaced(overlay, cfg.to_dict()))
     return cfg
+
+
+def _has_base(path: Path) -> bool:
+    """Whether the config file ``path`` (which MMEngine has read) assigns ``_base_``."""
+    return any(isinstance(node, ast.Assign) and any(
+        isinstance(target, ast.Name) and target.id == '_base_' for target in node.targets)
+        for node in ast.parse(path.read_text(encoding='utf-8')).body)
 
 
 def _refuse_copied_variables(whole: Mapping[str, Any], overlay: Mapping[str, Any],

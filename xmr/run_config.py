@@ -17,7 +17,13 @@ from typing import Any
 
 from mmengine.config import Config, DictAction
 
-from xmr.ablations import ablation_suffix, apply_ablations, list_items_replaced
+from xmr.ablations import (
+    ablation_path,
+    ablation_suffix,
+    apply_ablations,
+    list_items_replaced,
+)
+from xmr.config_files import read_config_file
 from xmr.config_variables import (
     nested_values,
     runner_keys,
@@ -227,7 +233,7 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
     """
     config = config_file(config)
     try:
-        loaded = Config.fromfile(str(config), import_custom_modules=False)
+        loaded = read_config_file(config)
     except TypeError as error:
         explained = list_overlaid_by_index(config, error)
         if explained is None:
@@ -235,12 +241,13 @@ def load_run_config(config: str | os.PathLike, *, ablations: Sequence[str] = (),
         raise explained from error
     # The file's own first, as MMEngine would: a row or an option may replace the list.
     import_custom_modules(config, loaded)
+    own_keys = set(loaded)
     cfg = apply_ablations(loaded, ablations)
     typo = _check_option_keys(cfg, cfg_options or {})
     _refuse_copied_variables(cfg, cfg_options or {})
     held = set(cfg)
     merge_options(cfg, cfg_options or {})
-    _refuse_top_level_typos(cfg, config, cfg_options or {})
+    _refuse_top_level_typos(cfg, config, cfg_options or {}, own_keys, ablations)
     _refuse_unread_new_values(cfg, held, cfg_options or {})
     import_custom_modules(f'{config} with its --ablation rows and --cfg-options', cfg)
     check_run_values(cfg)
@@ -829,16 +836,20 @@ def _top_level_keys_read() -> list[str]:
     return sorted({*runner_keys(), *XMR_TOP_LEVEL_KEYS})
 
 
-def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str, Any]) -> None:
+def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str, Any],
+                            own_keys: set[str], ablations: Sequence[str]) -> None:
     """Refuse a top-level key one edit from one the runner or xmr reads (``optim_wraper``,
     ``randomnes``, ``cpu_thread``): nothing reads it, and the run kept the base's value. A key
     the config names elsewhere (a phase's ``dataloader='text_dataloader'``) or whose value it
     copied where it uses it (``text_cfg``) is read, and any other new key is a variable of the
     config (``zh_val_dataloader``): those are taken.
 
+    Args:
+        own_keys: the keys of ``config`` with its bases, before the ``ablations`` rows.
+
     Raises:
-        UserError: naming the key, where it was given (the file or the option) and the key
-            meant.
+        UserError: naming the key, where it was given (the file, the row or the option) and the
+            key meant.
     """
     known = _top_level_keys_read()
     whole = cfg.to_dict()
@@ -851,11 +862,19 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
         options = [option for option in cfg_options if option.partition('.')[0] == key]
         # An option's typo of a key the config holds is _check_option_keys' to name.
         if not (options and meant in cfg):
-            given, of = ((f'--cfg-options {options[0]}', '') if options else
-                         (str(config), ' (of the file, a base or an --ablation row)'))
-            raise UserError(given, f"the top-level key '{key}'{of} is read by nothing (did you "
+            given = f'--cfg-options {options[0]}' if options else (
+                str(config) if key in own_keys
+                else _row_setting(key, ablations))
+            raise UserError(given, f"the top-level key '{key}' is read by nothing (did you "
                             f"mean '{meant}'?): {meant} keeps the value it has without it",
                             'correct the key')
+
+
+def _row_setting(key: str, ablations: Sequence[str]) -> str:
+    """``--ablation <row> (<file>)`` for the last of ``ablations`` to set the top-level
+    ``key``."""
+    row = next(row for row in reversed(ablations) if key in read_config_file(ablation_path(row)))
+    return f'--ablation {row} ({ablation_path(row)})'
 
 
 def _refuse_unread_new_values(cfg: Config, held: set[str], cfg_options: Mapping[str, Any]) -> None:

@@ -30,6 +30,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from xmr.apis.encoding_parts import EncodingParts
+from xmr.config_files import read_config_file
 from xmr.datasets.corrupt_policy import SkippedMedia, check_policy, skip_or_raise
 from xmr.datasets.frame_sampling import check_frame_count
 from xmr.datasets.languages import normalize_language
@@ -133,8 +134,8 @@ def _read_config(config: str | os.PathLike | Config,
         UserKeyError: a config without ``model``.
     """
     # A copy: merged into the caller's Config, the options would build its next model too.
-    cfg = copy.deepcopy(config) if isinstance(config, Config) else Config.fromfile(
-        str(config_file(config, 'config')), import_custom_modules=False)
+    cfg = copy.deepcopy(config) if isinstance(config, Config) else read_config_file(
+        config_file(config, 'config'))
     merge_options(cfg, cfg_options or {})
     where = getattr(cfg, 'filename', None) or config
     if 'model' not in cfg:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from mmengine.config import Config
 from torch import nn
 
+from xmr.config_files import read_config_file
 from xmr.datasets.languages import LanguageCodeError, normalize_language
 from xmr.engine.checkpoint import FACTS, meta_records, save_model_checkpoint
 from xmr.fileio import input_written_over
@@ -419,7 +419,7 @@ def build_model(config: str | os.PathLike, cfg_options: Mapping | None = None) -
     """
     from xmr.registry import MODELS
 
-    cfg = Config.fromfile(str(config))
+    cfg = read_config_file(config, import_custom_modules=True)
     merge_options(cfg, cfg_options or {})
     branch = cfg.model.get('language_branch') or {}
     for part in (cfg.model.get('backbone'), branch.get('embedding')):
