@@ -16,7 +16,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner, ValLoop
 
 import xmr.fileio
-from tests.conftest import tiny_branch_cfg, tiny_retriever_cfg
+from tests.conftest import tiny_branch_cfg, tiny_dasd_cfg, tiny_retriever_cfg
 from tests.engine.test_loops import (
     PHASES,
     RecordingHook,
@@ -532,6 +532,17 @@ def test_a_load_from_of_other_languages_is_refused_naming_the_file_and_the_langu
             r"^load_from=four_languages.pth: checkpoint does not match the config: languages: "
             r"checkpoint \['de', 'zh', 'ja'\] vs config \['de', 'zh'\]")):
         hook.after_load_checkpoint(runner, dict(state_dict=other.state_dict()))
+    # Another method's: the message said it took any checkpoint of the backbone, width and
+    # languages, and refused this one all the same.
+    runner._load_from = 'dasd.pth'
+    dasd = MODELS.build(tiny_dasd_cfg())
+    with pytest.raises(ValueError, match=(
+            r"^load_from=dasd.pth: checkpoint does not match the config: disentangler: "
+            r"checkpoint 'SemanticsDisentangler' vs config None; .*adapters: checkpoint "
+            r"\['DynamicAdapter'\] vs config \['StaticAdapter'\]\. .*takes only a checkpoint whose recorded "
+            r"facts \(the backbone, width, languages, adapter and disentangler types and their "
+            r"settings\) are the config's")):
+        hook.after_load_checkpoint(runner, dict(state_dict=dasd.state_dict()))
 
 
 def test_a_load_from_logs_the_weights_it_leaves_as_built(tmp_path, monkeypatch):

@@ -182,8 +182,9 @@ class CheckpointHook(MMEngineCheckpointHook):
             loaded = {re.sub(r'^module\.', '', key): value for key, value in state.items()}
             refuse_other_facts(
                 model, loaded, f'load_from={runner._load_from}', 'load_from leaves weights of '
-                "other shapes as built, but takes only a checkpoint of the config's backbone, "
-                "width and languages: set the config's to the checkpoint's, or train without "
+                'other shapes as built, but takes only a checkpoint whose recorded facts (the '
+                'backbone, width, languages, adapter and disentangler types and their settings) '
+                "are the config's: set the config's to the checkpoint's, or train without "
                 'load_from')
             mismatches = state_dict_mismatches(model.state_dict(), loaded)
             if mismatches:
