@@ -525,3 +525,18 @@ def test_kinds_outside_sequences_are_read_from_the_outermost_brackets_in():
                                          r'tuple \(its default is'):
         MODELS.check_options(dict(type=pairs, pairs=0.5))
     MODELS.check_options(dict(type=pairs, pairs=[('a', 1), 0.5]))
+
+
+@pytest.mark.parametrize('written, meant', [('StaticAdaptr', 'StaticAdapter'), ('Lora', 'LoRA')])
+def test_a_part_s_type_a_slip_from_a_registered_one_is_refused_as_the_config_loads(written,
+                                                                                 meant):
+    """Its parent's build refused it only once MMEngine's runner had made the work dir."""
+    cfg = tiny_retriever_cfg()
+    cfg['language_branch']['adapters']['type'] = written
+    with pytest.raises(UserKeyError, match=(
+            rf"^model\.language_branch\.adapters\.type: '{written}' is not a registered type "
+            rf"in the xmr 'adapter' registry\. Closest registered names: {meant}\b")):
+        check_part_options(MODELS, cfg, 'model')
+    # Far from every registered name, it may be built by the parent's own means.
+    cfg['language_branch']['adapters']['type'] = 'ProjectSpecificPart'
+    check_part_options(MODELS, cfg, 'model')

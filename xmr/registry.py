@@ -265,6 +265,8 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
         owner = _registry_of(part['type'])
         if owner is not None:
             owner.check_options(part, where=path)
+        else:
+            _refuse_misspelt_type(part['type'], path)
         typed.append((path, part, owner))
     # Once every option is known good, so that a check reads only options its type takes.
     for path, part, owner in typed:
@@ -319,6 +321,27 @@ def _parts_inside(node: Any, key: str) -> Iterator[tuple[str, Mapping[str, Any]]
         if isinstance(value, Mapping) and 'type' in value:
             yield path, value
         yield from _parts_inside(value, path)
+
+
+def _refuse_misspelt_type(kind: Any, key: str) -> None:
+    """Refuse the ``type`` of the part at ``key`` that no registry of xmr holds where one holds
+    a name a slip from it, whatever the case (``StaticAdaptr``, ``Lora``): its parent refused
+    it only as it built, after the runner had made its work dir. A name far from every
+    registered one is left to the parent's build (its own means may build it).
+
+    Raises:
+        UserKeyError: ``<key>.type: '<kind>' is not a registered type ...``, with the names meant.
+    """
+    registries = [registry for registry in globals().values()
+                  if isinstance(registry, XMRRegistry)]
+    if not isinstance(kind, str) or '.' in kind or any(kind in r for r in registries):
+        return
+    holders = {name.lower(): (name, registry) for registry in registries
+               for name in registry.known_names()}
+    close = difflib.get_close_matches(kind.lower(), holders, n=1, cutoff=0.85)
+    if close:
+        registry = holders[close[0]][1]
+        raise UserKeyError(f'{key}.type: {registry._unknown_type_message(kind)}')
 
 
 def _registry_of(kind: Any) -> XMRRegistry | None:

@@ -539,9 +539,9 @@ def test_a_load_from_of_other_languages_is_refused_naming_the_file_and_the_langu
     with pytest.raises(ValueError, match=(
             r"^load_from=dasd.pth: checkpoint does not match the config: disentangler: "
             r"checkpoint 'SemanticsDisentangler' vs config None; .*adapters: checkpoint "
-            r"\['DynamicAdapter'\] vs config \['StaticAdapter'\]\. .*takes only a checkpoint whose recorded "
-            r"facts \(the backbone, width, languages, adapter and disentangler types and their "
-            r"settings\) are the config's")):
+            r"\['DynamicAdapter'\] vs config \['StaticAdapter'\]\. .*takes only a checkpoint "
+            r"whose recorded facts \(the backbone, width, languages, adapter and disentangler "
+            r"types and their settings\) are the config's")):
         hook.after_load_checkpoint(runner, dict(state_dict=dasd.state_dict()))
 
 
