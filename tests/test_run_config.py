@@ -176,11 +176,11 @@ def test_an_option_replaces_a_list_item_that_is_no_dict():
     """MMEngine merges an option into a list's item only where the item is a dict
     (``train_cfg.phases.0.iters``), and failed on a string or number (``'str' object has no
     attribute 'copy'``)."""
-    cfg = load_run_config(DEMO, cfg_options={'test_dataloader.dataset.languages.1': 'fr',
+    cfg = load_run_config(DEMO, cfg_options={'test_dataloader.dataset.languages.1': 'cs',
                                              'test_dataloader.dataset.languages.4': 'de',
                                              'train_cfg.phases.0.trainable.0': 'target',
                                              'optim_wrapper.optimizer.betas.1': 0.99})
-    assert cfg.test_dataloader.dataset.languages == ['en', 'fr', 'fr', 'zh', 'de']
+    assert cfg.test_dataloader.dataset.languages == ['en', 'cs', 'fr', 'zh', 'de']
     assert cfg.val_dataloader.dataset.languages == ['en', 'de', 'fr', 'zh', 'ja']
     assert cfg.train_cfg.phases[0].trainable == ['target', 'losses.source_cm']
     assert cfg.train_cfg.phases[0].iters == 700
@@ -1218,3 +1218,30 @@ def test_the_optimisers_rate_is_an_option_of_a_loop_that_reads_it(tmp_path):
     with pytest.raises(UserError, match=r'^--cfg-options optim_wrapper\.optimizer\.lr: '
                                         "PhasedTrainLoop sets every group's learning rate"):
         load_run_config(DEMO, cfg_options={'optim_wrapper.optimizer.lr': 0.5})
+
+
+def test_an_unknown_language_code_is_refused_as_the_config_loads_naming_its_key(
+        tmp_path, monkeypatch):
+    """The dataset refused it as the runner built it, after the work dir and its log were made,
+    naming the dataset's class, not the key."""
+    leaf = tmp_path / 'leaf.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\n"
+                    "train_dataloader = dict(dataset=dict(languages=['en', 'xx']))\n")
+    with pytest.raises(ValueError, match=(
+            r"^train_dataloader\.dataset\.languages: unknown language code 'xx'")):
+        load_run_config(leaf)
+    with pytest.raises(ValueError, match=r"^val_evaluator\.languages: 'de' and 'deu' are both "):
+        load_run_config(DEMO, cfg_options={'val_evaluator.languages': ['en', 'de', 'deu']})
+    # Registered by a module of the config's custom_imports, a code is known by then.
+    import xmr.datasets.languages as languages
+    monkeypatch.setattr(languages, '_ALIASES', dict(languages._ALIASES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, 'my_hawaiian', raising=False)
+    (tmp_path / 'my_hawaiian.py').write_text(
+        "from xmr.datasets.languages import register_language\nregister_language('haw')\n")
+    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_imports = dict(imports=['my_hawaiian'])\n"
+                    "train_dataloader = dict(dataset=dict(languages=['en', 'haw']))\n")
+    try:
+        assert load_run_config(leaf).train_dataloader.dataset.languages == ['en', 'haw']
+    finally:
+        sys.modules.pop('my_hawaiian', None)

@@ -315,10 +315,32 @@ def check_run_values(cfg: Config) -> None:
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
     _check_epoch_counts(cfg)
+    _check_language_codes(cfg.to_dict())
     _check_runner_flags(cfg)
     _check_seed((cfg.get('randomness') or {}).get('seed'))
     if (cfg.get('train_cfg') or {}).get('type') == 'PhasedTrainLoop':
         _check_phased_loop(cfg)
+
+
+def _check_language_codes(node: Any, key: str = '') -> None:
+    """Refuse an unknown language code in any list of them (a key ending in ``languages`` or
+    ``langs``: a dataset's, a metric's, the model's, a config's variable), naming its key: a
+    dataset refused it only as the runner built it, after the work dir was made.
+
+    Raises:
+        LanguageCodeError: ``<key>: unknown language code 'xx'; closest: ...``.
+    """
+    from xmr.datasets.languages import normalize_languages
+
+    items: Any = node.items() if isinstance(node, Mapping) else (
+        enumerate(node) if isinstance(node, (list, tuple)) else ())
+    for name, value in items:
+        path = f'{key}.{name}' if key else str(name)
+        if (isinstance(name, str) and name.endswith(('languages', 'langs'))
+                and isinstance(value, (list, tuple)) and all(isinstance(c, str) for c in value)):
+            normalize_languages(value, path)
+        else:
+            _check_language_codes(value, path)
 
 
 def _check_seed(seed: Any) -> None:
