@@ -1245,3 +1245,10 @@ def test_an_unknown_language_code_is_refused_as_the_config_loads_naming_its_key(
         assert load_run_config(leaf).train_dataloader.dataset.languages == ['en', 'haw']
     finally:
         sys.modules.pop('my_hawaiian', None)
+
+
+def test_a_model_that_is_no_dict_is_refused_as_the_config_loads():
+    """MMEngine's runner said 'model should be a nn.Module object or dict, but got None', once
+    it had made the work dir."""
+    with pytest.raises(ValueError, match=r"^model=None: the runner builds the model from a dict "):
+        load_run_config(DEMO, cfg_options={'model': None})

@@ -297,6 +297,10 @@ def check_run_values(cfg: Config) -> None:
         check_part_options,
     )
 
+    if 'model' in cfg and not isinstance(cfg.model, Mapping):
+        raise ValueError(f'model={cfg.model!r}: the runner builds the model from a dict with '
+                         "a type (model=dict(type='CrossLingualRetriever', ...)); set its keys "
+                         'instead (--cfg-options model.<key>=...)')
     check_part_options(MODELS, cfg.get('model'), 'model')
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
     OPTIM_WRAPPERS.check_options(_wrapper_options(cfg.get('optim_wrapper')))
