@@ -273,7 +273,8 @@ def check_run_values(cfg: Config) -> None:
     no loop would resolve (:func:`_check_epoch_counts`), a flag of the runner's own that is no
     ``True`` or ``False`` (:data:`RUNNER_FLAGS`), a phase's dataloader key that names no
     dataloader of the config, MMEngine's ``auto_scale_lr`` under the phased loop, which would
-    overwrite its scaling.
+    overwrite its scaling, a language code that names no language
+    (:func:`_check_language_codes`), a model that is no dict.
 
     MMEngine's runner builds the model, hooks, loops, datasets and metrics itself, past the
     option check of xmr's registries, after it has made the work dir; their own options, and
