@@ -344,7 +344,9 @@ class PassesOn:
      r"^model\.inner\.detph: model Sized: unknown option 'detph' \(did you mean 'depth'\?\); "
      r'it takes depth, scale$'),
     # Its owner fills it in: given in the config, the build would get it twice.
-    (dict(width=8), UnknownOptionError, r"^model\.inner\.width: model Sized: unknown option "),
+    (dict(width=8), UnknownOptionError, r"^model\.inner\.width: model Sized: option 'width' is "
+     r"given by what builds the part, and the config's would replace it: leave it out; it "
+     r'takes depth, scale$'),
     (dict(scale='big'), ValueError,
      r"^model\.inner\.scale: model Sized: option scale='big' must be a number")])
 def test_an_option_dict_without_a_type_is_checked_against_what_its_owner_passes_it_to(
@@ -540,3 +542,31 @@ def test_a_part_s_type_a_slip_from_a_registered_one_is_refused_as_the_config_loa
     # Far from every registered name, it may be built by the parent's own means.
     cfg['language_branch']['adapters']['type'] = 'ProjectSpecificPart'
     check_part_options(MODELS, cfg, 'model')
+
+
+@pytest.mark.parametrize('path, option, value, part', [
+    ('language_branch.adapters', 'placement', None, 'adapter DynamicAdapter'),
+    ('language_branch', 'tower', None, 'model TargetLanguageBranch'),
+    ('disentangler', 'tower', None, 'disentangler SemanticsDisentangler'),
+    # Taken, it replaced the blocks the retriever computed ([0, 1] here): the run failed at its
+    # first forward, naming neither the key nor that it was not the config's to set.
+    ('disentangler', 'condition_blocks', [1], 'disentangler SemanticsDisentangler'),
+    ('losses.cm', 'backbone', None, 'model InfoNCELoss')])
+def test_an_argument_the_builder_gives_is_refused_as_the_config_loads(path, option, value,
+                                                                      part):
+    from tests.conftest import tiny_dasd_cfg
+
+    cfg = tiny_dasd_cfg()
+    cfg.setdefault('losses', {})['cm'] = dict(type='InfoNCELoss')
+    holder = cfg
+    for key in path.split('.'):
+        holder = holder[key]
+    check_part_options(MODELS, cfg, 'model')
+    holder[option] = value
+    message = (rf"^model\.{re.escape(path)}\.{option}: {part}: option '{option}' is given by "
+               r"what builds the part, and the config's would replace it: leave it out; it "
+               r"takes ")
+    with pytest.raises(UnknownOptionError, match=message) as error:
+        check_part_options(MODELS, cfg, 'model')
+    taken = str(error.value).partition('it takes ')[2].split(', ')
+    assert option not in taken and taken[0]

@@ -110,7 +110,7 @@ def test_a_misspelt_option_of_the_model_is_refused_when_the_config_loads(tmp_pat
 @pytest.mark.parametrize('option, value, message', [
     ('model.language_branch.adapters.bottlenek_dim', 64,
      r"model\.language_branch\.adapters\.bottlenek_dim: adapter StaticAdapter: unknown option "
-     r"'bottlenek_dim'; it takes placement, hidden, zero_init, width, blocks, sites$"),
+     r"'bottlenek_dim'; it takes hidden, zero_init, width, blocks, sites$"),
     ('model.language_branch.tokenizer.max_lenght', 30,  # a typo of a key the dict holds
      r"model\.language_branch\.tokenizer\.max_lenght: tokenizer SentencePieceTokenizer: "
      r"unknown option 'max_lenght' \(did you mean 'max_length'\?\)"),

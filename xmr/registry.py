@@ -89,7 +89,8 @@ class XMRRegistry(Registry):
                       filled: Collection[str] = ()) -> None:
         """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
         or a ``**`` whose keys go on to the callables of its ``forwards_options_to``; the
-        names of its ``builder_options`` are taken too), and a value of another kind than the
+        names of its ``builder_options`` are taken too), one its builder gives (``filled``: the
+        config's would replace what the builder computes), and a value of another kind than the
         option's default (:func:`_kind_wanted`).
 
         Args:
@@ -98,7 +99,8 @@ class XMRRegistry(Registry):
                 which prefixes the message with the option's full key; ``None`` for a part
                 whose kind already says where it is (``model``, a hook).
             filled: arguments of the type that its builder fills in, which the config may not
-                give (an option dict's, :func:`check_part_options`).
+                give (an option dict's; a part's ``given_by_builder``, an adapter's
+                ``placement``: :func:`check_part_options`). A type built alone takes them.
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
@@ -130,10 +132,14 @@ class XMRRegistry(Registry):
         open_ended = len(signatures) == 1 and any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in signatures[0].values())
         for option, value in cfg.items():
-            if option == 'type' or (option not in takes and open_ended):
-                continue
             kind = (f'{where}.{option}: ' if where else '') + \
                 f"{self.name} {getattr(built, '__name__', built)}"
+            if option in filled:
+                raise UnknownOptionError(f"{kind}: option '{option}' is given by what builds "
+                                         "the part, and the config's would replace it: leave "
+                                         f"it out; it takes {', '.join(takes)}")
+            if option == 'type' or (option not in takes and open_ended):
+                continue
             if option == '_delete_':
                 raise UnknownOptionError(f'{kind}: _delete_ reached it: MMEngine applies it '
                                          "where a dict merges into its base's, and leaves it "
@@ -240,7 +246,9 @@ class XMRRegistry(Registry):
 def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
     """Check ``cfg``, a ``registry`` config at ``key``, as :meth:`XMRRegistry.check_options`
     does, then every registered part inside it at any depth (:func:`_parts_inside`), each
-    against the registry that builds its type (:func:`_registry_of`) and named by its key path.
+    against the registry that builds its type (:func:`_registry_of`) and named by its key path;
+    a part may not give what its parent passes it (its type's ``given_by_builder``: an adapter's
+    ``placement``, a disentangler's ``tower``), which would replace what the parent computes.
 
     Then ``cfg``'s type and each part's type that has a classmethod ``check_config(cfg)``
     refuses what its build would from the config alone (a disentangler its branch's adapters
@@ -264,7 +272,8 @@ def check_part_options(registry: XMRRegistry, cfg: Any, key: str) -> None:
     for path, part in _parts_inside(cfg, key):
         owner = _registry_of(part['type'])
         if owner is not None:
-            owner.check_options(part, where=path)
+            owner.check_options(part, where=path, filled=getattr(
+                _built_class(owner, part), 'given_by_builder', ()))
         else:
             _refuse_misspelt_type(part['type'], path)
         typed.append((path, part, owner))

@@ -179,6 +179,8 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
             where ``block.output`` lies after the block's LayerNorm; a config's own keys win.
         builder_options: config keys the adapter set reads and removes before it builds each
             instance (where to place it), so that the config's load takes them as options.
+        given_by_builder: arguments the adapter set passes to each instance (its
+            ``placement``), which a config may not give: the config's load refuses them.
         positive_options: options that must be positive integers (bottleneck widths, ranks,
             token counts, divisors), which ``__init__`` checks with :meth:`positive_option`;
             declared, they are refused as the config loads too (:meth:`check_config`).
@@ -190,6 +192,7 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
     accepts_packed_tokens: ClassVar[bool] = False
     reads_condition: ClassVar[bool] = False
     builder_options: ClassVar[tuple[str, ...]] = ('width', 'blocks', 'sites')
+    given_by_builder: ClassVar[tuple[str, ...]] = ('placement',)
     positive_options: ClassVar[tuple[str, ...]] = ()
 
     @classmethod

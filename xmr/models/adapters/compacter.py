@@ -135,6 +135,7 @@ class CompacterAdapter(BaseAdapter):
     default_sites = (AdapterSite.ATTN_OUTPUT, AdapterSite.MLP_OUTPUT)
     accepts_packed_tokens = True
     positive_options = ('reduction_factor', 'phm_dim', 'rank')
+    given_by_builder = ('placement', 'shared')
 
     def __init__(self, placement: AdapterPlacement, reduction_factor: int = 16,
                  phm_dim: int = 4, rank: int = 1, activation: str = 'gelu_new',

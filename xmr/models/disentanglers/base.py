@@ -52,10 +52,13 @@ class ConditionDisentangler(SettingsWithoutWeights, nn.Module, metaclass=ABCMeta
         builder_options: config keys the retriever reads and removes before it builds the
             module (``per_language``: one copy per target language), so that the config's load
             takes them as options.
+        given_by_builder: what the retriever passes (its text tower, the blocks whose adapters
+            read the condition), which a config may not give: the config's load refuses them.
     """
 
     reads_languages: bool = False
     builder_options: ClassVar[tuple[str, ...]] = ('per_language',)
+    given_by_builder: ClassVar[tuple[str, ...]] = ('tower', 'condition_blocks')
 
     @classmethod
     def check_adapter_types(cls, adapter_types: Sequence[type]) -> None:

@@ -174,6 +174,8 @@ class TargetLanguageBranch(nn.Module):
             ``num_blocks``), and a pattern matching only such weights is refused.
     """
 
+    given_by_builder = ('tower',)  # the retriever's text tower
+
     def __init__(self, tower: TextTower, languages: Sequence[str], tokenizer: dict | BaseTokenizer,
                  embedding: dict | None = None, adapters: dict | Sequence[dict] | None = None,
                  num_blocks: int | None = None, tuned_weights: Sequence[str] = ()) -> None:

@@ -34,9 +34,12 @@ class EmbeddingBlock(nn.Module):
             then read as the tower's own forward does (a caption's own padding id masked, the
             positions the source path's: :meth:`~xmr.models.language.branch.
             TargetLanguageBranch.read`).
+        given_by_builder: arguments the branch passes (``('tower',)`` beside ``reads_tower``),
+            which a config may not give: the config's load refuses them.
     """
 
     reads_tower: ClassVar[bool] = False
+    given_by_builder: ClassVar[tuple[str, ...]] = ()
 
 
 @MODELS.register_module()

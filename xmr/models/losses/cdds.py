@@ -309,6 +309,8 @@ class CDDSDistributionSamplingLoss(nn.Module):
         loss_weight: factor on the loss.
     """
 
+    given_by_builder = ('dim',)  # the dual encoder's embedding width
+
     def __init__(self, dim: int, correlation: dict | None = None, sampler: dict | None = None,
                  temperature: float = SEMANTIC_TEMPERATURE, scoring: str = 'patch_word',
                  loss_weight: float = 1.0) -> None:

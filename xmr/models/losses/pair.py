@@ -22,11 +22,14 @@ class PairLoss(nn.Module, metaclass=ABCMeta):
             ``a`` and row ``j`` of ``b`` come from one medium, the diagonal included), and pairs
             of one medium off the diagonal (another caption of the query's image) are no
             negatives, as LAPS trains (its ``mask_repeat``).
+        given_by_builder: arguments the retrievers pass (``('backbone',)`` beside
+            ``reads_backbone``), which a config may not give: the config's load refuses them.
     """
 
     batch_contrastive: bool = False
     reads_backbone: bool = False
     mask_same_media: bool = False
+    given_by_builder: tuple[str, ...] = ()
 
     @abstractmethod
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
