@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -19,13 +20,17 @@ def refused(place: str, problem: str) -> pytest.RaisesExc:
                          'correct the config file there$')
 
 
+def chain(folder: Path, base: str, leaf: str) -> tuple[Path, Path]:
+    """``base.py`` holding ``base``, and ``leaf.py``, whose ``_base_`` it is, ``leaf``."""
+    (folder / 'base.py').write_text(base)
+    (folder / 'leaf.py').write_text(f"_base_ = ['./base.py']\n{leaf}")
+    return folder / 'base.py', folder / 'leaf.py'
+
+
 def test_a_syntax_error_names_the_file_of_the_chain_that_holds_it(tmp_path):
     """MMEngine parsed with no file name: it said '(<unknown>, line 2)' for the leaf and its
     bases alike."""
-    base = tmp_path / 'base.py'
-    base.write_text("lr = 0.1\nx = dict(a=1\n")
-    leaf = tmp_path / 'leaf.py'
-    leaf.write_text("_base_ = ['./base.py']\ny = 1\n")
+    base, leaf = chain(tmp_path, 'lr = 0.1\nx = dict(a=1\n', 'y = 1\n')
     with refused(f'{base}:2', "SyntaxError: '(' was never closed"):
         read_config_file(leaf)
     base.write_text('lr = 0.1\n')
@@ -35,10 +40,7 @@ def test_a_syntax_error_names_the_file_of_the_chain_that_holds_it(tmp_path):
 
 
 def test_an_error_the_text_raises_as_it_runs_names_its_line(tmp_path):
-    base = tmp_path / 'base.py'
-    base.write_text("a = 1\nb = dict(**a)\n")
-    leaf = tmp_path / 'leaf.py'
-    leaf.write_text("_base_ = ['./base.py']\nfoo = 2\nbar = undefined_name\n")
+    base, leaf = chain(tmp_path, 'a = 1\nb = dict(**a)\n', 'foo = 2\nbar = undefined_name\n')
     with refused(f'{base}:2', 'TypeError: dict() argument after ** must be a mapping, not int'):
         read_config_file(leaf)
     base.write_text('a = 1\n')
