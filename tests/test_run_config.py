@@ -996,7 +996,7 @@ def test_a_top_level_key_one_edit_from_a_read_one_is_refused(tmp_path, line, key
     row = tmp_path / 'row.py'
     row.write_text(f'{line}\n')
     with pytest.raises(UserError, match=re.escape(
-            f"--ablation {row} ({row}): the top-level key '{key}' {message}")):
+            f"--ablation {row}: the top-level key '{key}' {message}")):
         load_run_config(DEMO, ablations=[str(row)])
     if meant not in load_run_config(DEMO):  # else the option's own check names it
         with pytest.raises(UserError, match=re.escape(

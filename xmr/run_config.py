@@ -898,10 +898,11 @@ def _refuse_top_level_typos(cfg: Config, config: Path, cfg_options: Mapping[str,
 
 
 def _row_setting(key: str, ablations: Sequence[str]) -> str:
-    """``--ablation <row> (<file>)`` for the last of ``ablations`` to set the top-level
-    ``key``."""
+    """``--ablation <row>`` (with its file, for a shipped row) for the last of ``ablations``
+    to set the top-level ``key``."""
     row = next(row for row in reversed(ablations) if key in read_config_file(ablation_path(row)))
-    return f'--ablation {row} ({ablation_path(row)})'
+    path = str(ablation_path(row))
+    return f'--ablation {row}' + ('' if path == str(row) else f' ({path})')
 
 
 def _refuse_unread_new_values(cfg: Config, held: set[str], cfg_options: Mapping[str, Any]) -> None:
