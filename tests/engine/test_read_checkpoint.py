@@ -11,6 +11,7 @@ import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 
+from tests.models.test_weight_files import jit_save
 from tests.zip_records import damage_record
 from xmr.engine.checkpoint import (
     CHECKPOINT_FIX,
@@ -316,7 +317,7 @@ def test_the_check_leaves_a_torchscript_archive_to_its_loader_and_names_a_foreig
     the check of a checkpoint's pickled objects passed torch's refusal of them up unnamed."""
     import numpy as np
 
-    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / 'ViT-B-32.pt')
+    jit_save(tmp_path / 'ViT-B-32.pt', torch.nn.Linear(2, 2))
     check_checkpoint(tmp_path / 'ViT-B-32.pt')
     np.savez(tmp_path / 'feats.npz', x=np.zeros(2))
     with pytest.raises(CheckpointReadError, match=r'feats\.npz: not a checkpoint: a zip archive '
@@ -328,7 +329,7 @@ def test_a_torchscript_archive_given_as_a_checkpoint_is_named_and_sent_to_the_ba
     """OpenAI's ViT-B-32.pt given as load_from or a tool's checkpoint: torch.load's refusal of
     a TorchScript archive was told as a truncated or corrupt file, to be copied again."""
     path = tmp_path / 'ViT-B-32.pt'
-    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), path)
+    jit_save(path, torch.nn.Linear(2, 2))
     route = (r"a TorchScript model archive \(the format of OpenAI's released CLIP weights, "
              r'ViT-B-32\.pt\), which holds the pretrained weights of a backbone, not a model xmr '
              r'trained; give it to the backbone: model\.backbone\.pretrained='

@@ -176,7 +176,7 @@ class _Clip(nn.Module):
         return self.visual(image) * self.logit_scale.exp()
 
 
-def _jit_save(path, model: nn.Module, example: torch.Tensor | None = None) -> None:
+def jit_save(path, model: nn.Module, example: torch.Tensor | None = None) -> None:
     """Save ``model`` scripted, or traced on ``example`` (OpenAI's releases were traced: their
     classes are named ``___torch_mangle_N``)."""
     with warnings.catch_warnings():  # the format is OpenAI's, deprecated or not
@@ -220,7 +220,7 @@ def test_a_torchscript_archive_reads_as_jit_load_gives_it_without_jit_load(
     """Its tensors alone, bit for bit, in jit.load's names and order: jit.load compiles the
     archive's code and runs its __setstate__, code from a file the user did not write."""
     path = tmp_path / 'ViT-B-32.pt'
-    _jit_save(path, _Clip(dtype), None if how == 'script' else torch.ones(1, 3, 4, 4, dtype=dtype))
+    jit_save(path, _Clip(dtype), None if how == 'script' else torch.ones(1, 3, 4, 4, dtype=dtype))
     expected = _jit_state_dict(path)
     # What jit.load's state dict holds, which the reader must match: a non-persistent buffer
     # (an archive does not record which were), no plain tensor attribute, no None buffer.
@@ -252,7 +252,7 @@ def test_an_archive_without_a_byte_order_record_is_read_little_endian(tmp_path):
     """OpenAI's ``ViT-B-32.pt`` (torch 1.7) has no ``byteorder`` record: its storages are
     little-endian, and read otherwise every weight would be byte-swapped without a word."""
     path = tmp_path / 'ViT-B-32.pt'
-    _jit_save(path, nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)).half())
+    jit_save(path, nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)).half())
     expected = _jit_state_dict(path)
     _rewrite(path, lambda name, data: None if name.endswith('/byteorder') else data)
     with zipfile.ZipFile(path) as archive:
@@ -264,7 +264,7 @@ def test_a_big_endian_torchscript_archive_reads_in_this_machines_byte_order(tmp_
     path = tmp_path / 'ViT-B-32.pt'
     model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4)).half()
     model.register_buffer('view', model[0].weight.detach().t()[1:])
-    _jit_save(path, model)
+    jit_save(path, model)
     expected = _jit_state_dict(path)
 
     def to_big_endian(name, data):  # every storage holds fp16: two bytes an element
@@ -291,7 +291,7 @@ def test_a_torchscript_archive_naming_another_global_is_refused_unrun(tmp_path, 
                                                                        call):
     """A tampered data.pkl: refused naming the file and the global, which is not called."""
     path, marker = tmp_path / 'ViT-B-32.pt', tmp_path / 'marker'
-    _jit_save(path, nn.Linear(2, 2))
+    jit_save(path, nn.Linear(2, 2))
     payload = _payload(module, name, call.format(marker=str(marker)))
     _rewrite(path, lambda record, data: data[:2] + payload + data[2:]
              if record.endswith('/data.pkl') else data)
@@ -333,7 +333,7 @@ class _SetsItsOwnState(nn.Module):
 
 def test_a_torchscript_archive_whose_code_sets_its_state_is_refused_unrun(tmp_path, capfd):
     path = tmp_path / 'ViT-B-32.pt'
-    _jit_save(path, _SetsItsOwnState())
+    jit_save(path, _SetsItsOwnState())
     capfd.readouterr()
     with pytest.raises(ValueError, match=r'refuses to read: its module \(the root\) of class '
                                          r'__torch__\.[\w.]*_SetsItsOwnState sets its state '
@@ -345,7 +345,7 @@ def test_a_torchscript_archive_whose_code_sets_its_state_is_refused_unrun(tmp_pa
 
 def test_a_torchscript_record_shorter_than_its_storage_is_refused(tmp_path):
     path = tmp_path / 'ViT-B-32.pt'
-    _jit_save(path, nn.Linear(2, 2))
+    jit_save(path, nn.Linear(2, 2))
     _rewrite(path, lambda name, data: data[:-2] if name.endswith('/data/0') else data)
     with pytest.raises(ValueError, match=r'ViT-B-32\.pt \(\d+ bytes\) is not a readable CLIP '
                                          r'checkpoint: its record \S+/data/0 holds 14 bytes, not '
@@ -572,7 +572,7 @@ def test_a_torchscript_record_longer_than_its_storage_is_refused(tmp_path):
     """Bytes beyond the elements data.pkl gives a record mean another file's record: refused,
     not read as the first elements."""
     path = tmp_path / 'ViT-B-32.pt'
-    _jit_save(path, nn.Linear(2, 2))
+    jit_save(path, nn.Linear(2, 2))
     _rewrite(path, lambda name, data: data + data[:4] if name.endswith('/data/0') else data)
     with pytest.raises(ValueError, match=r'its record \S+/data/0 holds 20 bytes, not the 4 '
                                          r'torch\.float32 elements'):
@@ -607,7 +607,7 @@ def test_an_archive_whose_code_misdeclares_a_module_is_refused_naming_it(tmp_pat
     is missing, or declared without its list of parameters, would have its weights skipped
     unseen, and a list of other than names would be looked up as something else."""
     path = tmp_path / 'ViT-B-32.pt'
-    _jit_save(path, nn.Sequential(nn.Linear(2, 2)))
+    jit_save(path, nn.Sequential(nn.Linear(2, 2)))
     _rewrite_linear_code(path, change)
     with pytest.raises(ValueError, match=rf'ViT-B-32\.pt \(\d+ bytes\) is not a readable CLIP '
                                          rf'checkpoint: {message}'):
