@@ -1235,12 +1235,27 @@ def test_a_named_cache_dir_is_refused_when_stale_unless_told_to_rebuild(tmp_path
     assert (shared / 'meta.json').read_bytes() != built_by_first
 
 
-def test_cache_features_on_a_phase_that_trains_the_backbone_fails_at_build(tmp_path):
+def test_cache_features_on_a_phase_that_trains_the_backbone_fails_at_build(tmp_path,
+                                                                          monkeypatch):
     phases = copy.deepcopy(PHASES)
     phases[0]['cache_features'] = dict(dtype='float16')
     with pytest.raises(ValueError, match=re.escape(
             'phase source_finetune: cache_features with a trainable backbone (backbone)')):
         loop_of(make_cfg(tmp_path, phases=phases))
+    # Reached through a group of the model's: the check read the names as written, and such a
+    # phase was refused only as it started, after the phases before it had trained.
+    from xmr.models.retrievers import CrossLingualRetriever
+
+    monkeypatch.setattr(CrossLingualRetriever, 'trainable_groups', lambda self: dict(
+        text=['backbone.clip.transformer', 'language_branch']))
+    phases = copy.deepcopy(PHASES)
+    phases[1].update(trainable=['text'], cache_features=True)
+    with pytest.raises(ValueError, match=re.escape(
+            'phase cross_lingual: cache_features with a trainable backbone '
+            '(backbone.clip.transformer)')):
+        loop_of(make_cfg(tmp_path / 'grouped', phases=phases))
+    phases[1]['trainable'] = ['language_branch']
+    assert loop_of(make_cfg(tmp_path / 'plain', phases=phases)).phases[1].cache_features
 
 
 def test_cache_features_options_and_a_second_wrapper(tmp_path):

@@ -172,6 +172,22 @@ def _losses_run(phase: Phase, model: torch.nn.Module) -> str:
                                             in dropped.items()) + f'{why})'
 
 
+def _refuse_cache_of_trained_backbone(phase: Phase, names: Sequence[str]) -> None:
+    """Refuse ``cache_features`` on a phase that trains a backbone parameter (of ``names``),
+    whichever of its ``trainable`` entries (a module, a model's group) reaches it.
+
+    Raises:
+        ValueError: naming the phase and the ``trainable`` prefix: cached features would be
+            stale after one step.
+    """
+    prefix = next((prefix for prefix in phase.trainable for name in names
+                   if under_prefix(name, 'backbone') and under_prefix(name, prefix)), None)
+    if prefix is not None:
+        raise ValueError(f'phase {phase.name}: cache_features with a trainable backbone '
+                         f'({prefix}): its features change every step; drop cache_features '
+                         'for this phase')
+
+
 def phase_loader_name(phase: Phase) -> str:
     """The config key of a phase's dataloader, or the phase's name for one written inline."""
     if phase.dataloader is None:
@@ -199,15 +215,12 @@ def with_feature_cache(loader: Mapping[str, Any], phase: Phase, work_dir: str | 
         loader_name: the config key of the loader (``'train_dataloader'``,
             ``'text_train_dataloader'``), or the phase's name for a loader written in the phase.
 
+    A phase that trains the backbone is refused once its ``trainable`` groups are resolved
+    (:meth:`PhasedTrainLoop._check_phases_against_model`).
+
     Raises:
-        ValueError: the phase trains the backbone (cached features would be stale after one
-            step), or the loader has no dataset config, or it is cached already.
+        ValueError: the loader has no dataset config, or it is cached already.
     """
-    backbone = [p for p in phase.trainable if under_prefix(p, 'backbone')]
-    if backbone:
-        raise ValueError(f'phase {phase.name}: cache_features with a trainable backbone '
-                         f'({backbone[0]}): its features change every step; drop '
-                         'cache_features for this phase')
     dataset = loader.get('dataset')
     if not isinstance(dataset, Mapping):
         raise ValueError(f'phase {phase.name}: cache_features needs a dataloader config with a '
@@ -868,6 +881,8 @@ class PhasedTrainLoop(BaseLoop):
                     raise ValueError(f"phase {phase.name}: trainable prefix '{prefix}' matches "
                                      f'no parameter of the model{fixed}'
                                      f'{did_you_mean(prefix, modules)}')
+            if phase.cache_features:
+                _refuse_cache_of_trained_backbone(phase, names)
             if check_phase is not None:
                 check_phase(phase.name, phase.loss_weights)
         check_schedule = getattr(self.model, 'check_schedule', None)
