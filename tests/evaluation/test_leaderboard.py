@@ -1046,3 +1046,21 @@ def test_counts_of_a_language_every_caption_of_which_is_cut_or_unknown_are_read_
         'more', {'th/AR': 1.0}, test_sets=[{**test_set, 'caption_token_counts': more}]))
     with pytest.raises(ValueError, match=r"more\.json: a test set's caption_token_counts"):
         load_result(tmp_path / 'more.json')
+
+
+def test_rows_whose_summaries_average_other_recalls_each_name_theirs():
+    """A run tested with recall_ks=[1, 5] beside one with the default: both rows were said to
+    average R@1/5/10, which made one AR of two recalls and one of three look comparable."""
+    default = EvaluationResult('default', {
+        'm/de/t2i_R@1': 10.0, 'm/de/t2i_R@5': 20.0, 'm/de/t2i_R@10': 30.0, 'm/de/AR': 20.0,
+        'm/mAR': 20.0})
+    short = EvaluationResult('short', {'m/de/t2i_R@1': 10.0, 'm/de/t2i_R@5': 20.0,
+                                       'm/de/AR': 15.0, 'm/mAR': 15.0})
+    assert column_legend([default, short]) == [
+        'm: AR = mean of R@1/5/10 both ways; mAR = mean AR (default); AR = mean of R@1/5 both '
+        'ways; mAR = mean AR (short)']
+    assert column_legend([default, default]) == [
+        'm: AR = mean of R@1/5/10 both ways; mAR = mean AR']
+    # A row reporting its summary without its recalls says nothing of them.
+    bare = EvaluationResult('bare', {'m/de/AR': 15.0, 'm/mAR': 15.0})
+    assert column_legend([default, bare]) == column_legend([default])

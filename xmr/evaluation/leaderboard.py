@@ -427,14 +427,29 @@ def column_legend(results: Sequence[EvaluationResult]) -> list[str]:
 def _meaning(column: Column, results: Sequence[EvaluationResult]) -> str:
     """The headline's meaning, its ``{recalls}`` the ``R@K`` the rows of ``column``'s dataset
     report (``R@1/5/10``; ``R@1`` for PECTVLM's XTD10 ``mAR``); an ``'overall'`` column's are
-    those of every dataset."""
+    those of every dataset. Rows whose summaries average other recalls (a test run with
+    ``recall_ks=[1, 5]`` beside one with the default) each get theirs, naming the rows."""
+    summarised = [result for result in results if column.key in result.metrics] or results
+    by_recalls: dict[str, list[str]] = {}
+    for result in summarised:
+        recalls = _recalls(column, result)
+        if recalls is not None:  # a row reporting no R@K says nothing of its summary's
+            by_recalls.setdefault(recalls, []).append(result.name)
+    if len(by_recalls) <= 1:
+        return column.headline.meaning.format(recalls=next(iter(by_recalls), 'the recalls'))
+    return '; '.join(f"{column.headline.meaning.format(recalls=recalls)} ({', '.join(names)})"
+                     for recalls, names in by_recalls.items())
+
+
+def _recalls(column: Column, result: EvaluationResult) -> str | None:
+    """``R@1/5/10``: the ``R@K`` that ``result`` reports in ``column``'s dataset (every
+    dataset's for an ``'overall'`` column); ``None`` where it reports none."""
     # A language key is {group}/{lang}/{statistic}: matching the group whole keeps the bare
     # keys (group '') and a dataset 'a' from reading the recalls of 'pooled' or 'a/b'.
-    ks = sorted({int(key.rpartition('@')[2]) for result in results for key in result.metrics
+    ks = sorted({int(key.rpartition('@')[2]) for key in result.metrics
                  if _recall_k(key, result.languages) and (column.kind == 'overall'
                                         or '/'.join(key.split('/')[:-2]) == column.group)})
-    recalls = 'R@' + '/'.join(map(str, ks)) if ks else 'the recalls'
-    return column.headline.meaning.format(recalls=recalls)
+    return 'R@' + '/'.join(map(str, ks)) if ks else None
 
 
 def _recall_k(key: str, known: Collection[str]) -> bool:
