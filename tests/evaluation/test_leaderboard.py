@@ -539,6 +539,30 @@ def test_results_of_other_test_sets_get_their_own_tables():
         'model', 'ja', 'mAR']
 
 
+def test_results_of_other_galleries_of_one_test_set_get_their_own_tables():
+    """COCO's test split scored on its 5K gallery, on its 1K folds and on the 1K file: one
+    dataset, split and languages, so one table, where the folds' recalls (far higher) stood
+    beside the 5K gallery's as if one model beat the other."""
+    coco = {'dataset': 'coco', 'split': 'test', 'languages': ['en', 'ja']}
+    whole = dict(coco, media=5000, galleries=[])
+    results = [EvaluationResult('5k', {'ja/AR': 30.0, 'mAR': 30.0}, test_sets=[whole]),
+               EvaluationResult('1k', {'ja/AR': 50.0, 'mAR': 50.0}, test_sets=[dict(
+                   whole, galleries=['coco_1k_5fold: mean over its 5 folds'])]),
+               EvaluationResult('1k file', {'ja/AR': 51.0, 'mAR': 51.0},
+                                test_sets=[dict(whole, media=1000)]),
+               EvaluationResult('5k again', {'ja/AR': 31.0, 'mAR': 31.0}, test_sets=[whole]),
+               EvaluationResult('old', {'ja/AR': 32.0, 'mAR': 32.0}, test_sets=[coco])]
+    blocks = leaderboard_markdown(results).split('\n\n')
+    assert blocks[0::3] == [
+        'test set: coco test (en, ja), 5,000 media',
+        'test set: coco test (en, ja), 5,000 media, coco_1k_5fold: mean over its 5 folds',
+        'test set: coco test (en, ja), 1,000 media',
+        # Written before xmr recorded them: neither is known, so it is told apart too.
+        'test set: coco test (en, ja)']
+    assert [[line.split('|')[1].strip() for line in block.splitlines()[2:]]
+            for block in blocks[1::3]] == [['5k', '5k again'], ['1k'], ['1k file'], ['old']]
+
+
 def test_a_language_of_the_test_set_no_row_reports_is_named_below_the_table():
     """A metric given languages=['en', 'de', 'fr'] on Multi30K (which has cs) gave a table with
     no cs column and a legend saying mAR is over de and fr: nothing showed that cs, a language of
@@ -927,6 +951,17 @@ def test_seeds_of_one_checkpoint_on_other_test_sets_are_runs_of_their_own():
     assert [(run.name, run.metrics['m30k/mAR']) for run in runs] == [
         ('dasd (iter_900, seeds 0, 1)', 15.0), ('dasd (iter_900, seed 1)', 30.0)]
     assert runs[0].seed_std['m30k/mAR'] == pytest.approx(50 ** 0.5)
+
+
+def test_seeds_of_one_checkpoint_on_other_galleries_of_one_test_set_are_runs_of_their_own():
+    test = {'dataset': 'coco', 'split': 'test', 'languages': ['de'], 'media': 5000}
+    fold_zero = dict(test, galleries=['coco_1k_5fold: fold 0 of 5'])
+    runs = mean_over_seeds([replace(_seed_result(0, 10.0), test_sets=[test]),
+                            replace(_seed_result(1, 40.0), test_sets=[fold_zero]),
+                            replace(_seed_result(1, 20.0), test_sets=[test]),
+                            replace(_seed_result(0, 30.0), test_sets=[fold_zero])])
+    assert [(run.name, run.metrics['m30k/mAR']) for run in runs] == [
+        ('dasd (iter_900, seeds 0, 1)', 15.0), ('dasd (iter_900, seeds 0, 1)', 35.0)]
 
 
 def test_a_bare_summary_over_no_language_keys_of_its_own_is_the_last_column():

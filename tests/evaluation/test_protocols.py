@@ -15,6 +15,7 @@ from xmr.evaluation.protocols import (
     evaluate_language,
     evaluate_protocol,
     protocol_galleries,
+    ranked_galleries,
     xtd10_fewshot_split,
 )
 from xmr.evaluation.search import FaissSearcher
@@ -505,3 +506,30 @@ def test_a_caption_of_media_row_minus_one_is_refused():
     the end."""
     with pytest.raises(ValueError, match='index the 2 media rows'):
         LanguageGallery(torch.eye(2), torch.eye(2), torch.tensor([-1, 0]))
+
+
+@pytest.mark.parametrize('protocol, options, text', [
+    ('standard', {}, ''), ('coco_5k', {}, ''), ('xtd200', {}, ''), ('xtd10_t2i_r10', {}, ''),
+    ('coco_1k_5fold', {}, 'coco_1k_5fold: mean over its 5 folds'),
+    ('coco_1k_5fold', dict(folds=[2, 0, 1]), 'coco_1k_5fold: folds 0, 1, 2 of 5'),
+    # Every fold, in any order, is the mean over all of them.
+    ('coco_1k_5fold', dict(num_folds=3, folds=[2, 0, 1]), 'coco_1k_5fold: mean over its 3 folds'),
+    ('coco_1k_5fold', dict(folds=[0]), 'coco_1k_5fold: fold 0 of 5'),
+    ('xtd10_fewshot', dict(shots=100, split_seed=7),
+     'xtd10_fewshot: the test images of the 100-shot split of seed 7'),
+    ('crossmodal3600_first_caption', {},
+     "crossmodal3600_first_caption: each item's first caption only"),
+    ('text_to_text', dict(source_language='de'),
+     "text_to_text: against each item's first de caption"),
+])
+def test_ranked_galleries_name_what_differs_from_the_whole_set_with_every_caption(
+        protocol, options, text):
+    assert ranked_galleries(protocol, **options) == text
+
+
+def test_every_protocol_ranking_other_galleries_says_so():
+    """A protocol added with a fold, split, caption cap or text gallery must describe it: its
+    results would otherwise share a table with the whole set's."""
+    whole = {name for name in PROTOCOLS if not ranked_galleries(name)}
+    assert whole == {'standard', 'coco_5k', 'text_to_video', 'xtd10_t2i_r10', 'crossmodal3600',
+                     'xtd200', 'flickr30k_200'}

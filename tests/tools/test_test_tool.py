@@ -249,7 +249,8 @@ def synthetic_setup(tmp_path):
 
 def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     root, config = synthetic_setup
-    synthetic = dict(dataset='synthetic', split='test', languages=['en', 'de', 'zh'])
+    synthetic = dict(dataset='synthetic', split='test', languages=['en', 'de', 'zh'], media=8,
+                     galleries=[])
     save_result(root / 'baseline.json', EvaluationResult(
         'baseline', {'synthetic/de/AR': 10.0, 'synthetic/zh/AR': 20.0, 'synthetic/mAR': 15.0,
                      'mAR': 15.0}, test_sets=[synthetic]))
@@ -259,7 +260,7 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
     tool = load_tool()
     tool.main(['--compare', str(root / 'baseline.json'), str(root / 'other.json')])
     printed = table_lines(capsys.readouterr().out)
-    assert printed[:2] == ['test set: synthetic test (de, en, zh)', '']
+    assert printed[:2] == ['test set: synthetic test (de, en, zh), 8 media', '']
     printed = printed[2:]
     assert printed[0].split('|')[1:-1] == [
         ' model    ', ' synthetic/de ', ' synthetic/zh ', ' synthetic/mAR ', ' xtd10/de ',
@@ -301,8 +302,8 @@ def test_compare_prints_earlier_results_side_by_side(synthetic_setup, capsys):
                                                     test_sets=[dict(synthetic, split='val')]))
     tool.main(['--compare', str(root / 'baseline.json'), str(root / 'val.json')])
     out = capsys.readouterr().out
-    assert 'test set: synthetic test (de, en, zh)' in out
-    assert 'test set: synthetic val (de, en, zh)' in out
+    assert 'test set: synthetic test (de, en, zh), 8 media\n' in out
+    assert 'test set: synthetic val (de, en, zh), 8 media\n' in out
 
 
 def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_fails(
@@ -342,7 +343,7 @@ def test_out_is_checked_before_testing_and_the_table_is_printed_even_if_saving_f
         run_tool(tool.main, [str(config()), str(root / 'model.pth'), '--out',
                              str(root / 'r.json')])
     captured = capsys.readouterr()
-    assert table_lines(captured.out)[0] == 'test set: synthetic test (de, en, zh)'
+    assert table_lines(captured.out)[0] == 'test set: synthetic test (de, en, zh), 8 media'
     assert '| synthetic (model) |' in captured.out
     assert captured.err == f'error: {root / "r.json"}: No space left on device\n'
 

@@ -1,9 +1,11 @@
-"""What a validation or a test scores: each dataset's name, split and languages, with how the
-model reads each language's captions (those its text context cuts, the tokens its vocabulary
-lacks), as a test result records them and the phase report names them."""
+"""What a validation or a test scores: each dataset's name, split, languages and media count,
+the galleries its metrics rank where not the whole set, and how the model reads each language's
+captions (those its text context cuts, the tokens its vocabulary lacks), as a test result
+records them and the phase report names them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sized
 from typing import Any
 
 from mmengine.logging import print_log
@@ -12,9 +14,10 @@ __all__ = ['caption_token_counts', 'evaluated_sets']
 
 
 def evaluated_sets(loop: Any, model: Any, split: str) -> list[dict]:
-    """Dataset, split and languages of every dataset ``loop`` scores (a ``ValLoop``,
-    ``TestLoop`` or ``MultiDataset*Loop``), as a result's ``test_sets`` records them, with
-    :func:`caption_token_counts` of each; logs how many captions were counted and the time,
+    """Dataset, split, languages and media count of every dataset ``loop`` scores (a
+    ``ValLoop``, ``TestLoop`` or ``MultiDataset*Loop``), as a result's ``test_sets`` records
+    them, with the galleries its metrics rank where not the whole set (:func:`_ranked_galleries`)
+    and :func:`caption_token_counts` of each; logs how many captions were counted and the time,
     naming them ``split`` captions.
 
     Args:
@@ -25,11 +28,13 @@ def evaluated_sets(loop: Any, model: Any, split: str) -> list[dict]:
     from xmr.engine.eval_loops import scored_loaders  # xmr.engine imports xmr.evaluation
 
     sets, started = [], time.perf_counter()
-    for loader, _ in scored_loaders(loop):
+    for loader, evaluator in scored_loaders(loop):
         metainfo = getattr(loader.dataset, 'metainfo', None) or {}
         languages = list(metainfo.get('languages') or [])
         sets.append(dict(dataset=metainfo.get('dataset', type(loader.dataset).__name__),
                          split=metainfo.get('split'), languages=languages,
+                         media=len(loader.dataset) if isinstance(loader.dataset, Sized) else None,
+                         galleries=_ranked_galleries(evaluator),
                          caption_token_counts=caption_token_counts(model, loader.dataset,
                                                                    languages)))
     # A tokenizer reads some 5,000 to 10,000 captions a second on one core: a benchmark of
@@ -39,6 +44,15 @@ def evaluated_sets(loop: Any, model: Any, split: str) -> list[dict]:
     print_log(f'counted the tokens of the {captions:,} {split} captions, as the model reads each '
               f'language, in {time.perf_counter() - started:.1f} s', logger='current')
     return sets
+
+
+def _ranked_galleries(evaluator: Any) -> list[str]:
+    """What the metrics of ``evaluator`` rank where that is not the whole set with every
+    caption (:attr:`RetrievalMetric.ranked_galleries <xmr.evaluation.RetrievalMetric>`,
+    ``['coco_1k_5fold: fold 0 of 5']``), each once; empty where they all rank it whole."""
+    described = (getattr(metric, 'ranked_galleries', '')
+                 for metric in getattr(evaluator, 'metrics', []))
+    return sorted({text for text in described if text})
 
 
 def caption_token_counts(model: Any, dataset: Any, languages: list[str]) -> dict[str, dict]:

@@ -313,13 +313,25 @@ class EvaluationResult:
         return recorded if isinstance(recorded, dict) else {}
 
     def test_set_label(self) -> str:
-        """``multi30k test (cs, de, en, fr)``, one per set, or a note that none was recorded."""
+        """``multi30k test (cs, de, en, fr), 1,000 media``, one per set, with the galleries its
+        metrics rank where not the whole set (``coco test (en), 5,000 media, coco_1k_5fold: fold
+        0 of 5``), or a note that none was recorded. Results written before xmr recorded the
+        media count and galleries (2026-12-07) have neither."""
         if not self.test_sets:
             return 'test set not recorded'
-        # Sorted: the label groups results into tables, whatever order each listed its languages.
-        return '; '.join(f"{ts.get('dataset')} {ts.get('split')} "
-                         f"({', '.join(sorted(ts.get('languages') or []))})"
-                         for ts in self.test_sets)
+        return '; '.join(map(_test_set_label, self.test_sets))
+
+
+def _test_set_label(test_set: Mapping[str, Any]) -> str:
+    """One set's part of :meth:`EvaluationResult.test_set_label`."""
+    # Sorted: the label groups results into tables, whatever order each listed its languages.
+    parts = [f"{test_set.get('dataset')} {test_set.get('split')} "
+             f"({', '.join(sorted(test_set.get('languages') or []))})"]
+    if is_count(test_set.get('media')):
+        parts.append(f"{test_set['media']:,} media")
+    galleries = test_set.get('galleries')
+    return ', '.join(parts + ([str(text) for text in galleries]
+                              if isinstance(galleries, list) else []))
 
 
 def leaderboard_columns(metrics: Mapping[str, Any], languages: Collection[str] = ()

@@ -61,7 +61,7 @@ from xmr.utils.listing import repeated
 __all__ = [
     'Protocol', 'PROTOCOLS', 'DIRECTIONS', 'I2T_MODES', 'FewShotSplit', 'LanguageGallery',
     'coco_1k_folds', 'xtd10_fewshot_split', 'protocol_galleries', 'evaluate_language',
-    'evaluate_protocol', 'check_recall_ks', 'check_i2t_mode', 'check_folds',
+    'evaluate_protocol', 'check_recall_ks', 'check_i2t_mode', 'check_folds', 'ranked_galleries',
     'SHARED_SCORES_ELEMENTS', 'MediaSearchers',
 ]
 
@@ -297,6 +297,38 @@ def check_folds(num_folds: int, folds: Sequence[int] | None) -> None:
     if twice:
         raise ValueError(f'folds {tuple(folds)} repeat fold {", ".join(map(str, twice))}: the '
                          'mean over folds would count it twice; give each fold once.')
+
+
+def ranked_galleries(protocol: str, num_folds: int = 5, folds: Sequence[int] | None = None,
+                     shots: int = 50, split_seed: int = 42, source_language: str = 'en') -> str:
+    """What ``protocol`` ranks where it is not the whole set with every caption, as a result
+    records it beside its test set (``''`` where it is): recalls of other galleries are not
+    read in one table (COCO's 1K folds give far higher ones than its 5K gallery).
+
+    Args:
+        protocol: a key of :data:`PROTOCOLS`.
+        num_folds, folds, shots, split_seed: as :func:`protocol_galleries` takes them.
+        source_language: the language of a text gallery's captions.
+
+    Returns:
+        ``'coco_1k_5fold: fold 0 of 5'``, ``'xtd10_fewshot: the test images of the 50-shot
+        split of seed 42'``, ...; ``''`` for a protocol ranking every item against every
+        caption (``standard``, ``coco_5k``, ``xtd200``, ...).
+    """
+    if protocol == 'coco_1k_5fold':
+        if folds is None or sorted(folds) == list(range(num_folds)):
+            return f'{protocol}: mean over its {num_folds} folds'
+        named = ', '.join(map(str, sorted(folds)))
+        return f"{protocol}: fold{'s' * (len(folds) > 1)} {named} of {num_folds}"
+    if protocol == 'xtd10_fewshot':
+        return f'{protocol}: the test images of the {shots}-shot split of seed {split_seed}'
+    if PROTOCOLS[protocol].text_gallery:
+        return f"{protocol}: against each item's first {source_language} caption"
+    if PROTOCOLS[protocol].captions_per_media is not None:
+        count = PROTOCOLS[protocol].captions_per_media
+        first = 'first caption' if count == 1 else f'first {count} captions'
+        return f"{protocol}: each item's {first} only"
+    return ''
 
 
 def protocol_galleries(protocol: str, num_media: int, gallery_size: int | None = None,

@@ -28,6 +28,7 @@ from xmr.evaluation.protocols import (
     check_recall_ks,
     evaluate_protocol,
     protocol_galleries,
+    ranked_galleries,
 )
 from xmr.evaluation.search import check_search_options
 from xmr.evaluation.token_scoring import TOKEN_SCORING_MODES, TokenScoring, TokenSet
@@ -182,6 +183,14 @@ class RetrievalMetric(BaseMetric):
             raise ValueError(f'{head}: {option} {missing} were requested but {where} '
                              f"has captions in {offered} only; drop them from the metric's "
                              f"{option} or add them to the dataset's languages")
+
+    @property
+    def ranked_galleries(self) -> str:
+        """What its protocol ranks where that is not the whole set with every caption
+        (:func:`~xmr.evaluation.protocols.ranked_galleries`: ``'coco_1k_5fold: fold 0 of 5'``),
+        which a result records beside its test set; ``''`` where it is."""
+        return ranked_galleries(self.protocol, self.num_folds, self.folds, self.fewshot_shots,
+                                self.fewshot_seed, self.source_language)
 
     def _named_dataset(self) -> tuple[str, str]:
         """How errors name the metric (``RetrievalMetric (multi30k)``) and its dataset
