@@ -443,7 +443,8 @@ def test_the_default_tokenizer_is_xlm_r_larges_reading_the_towers_context(monkey
 
     monkeypatch.setattr(mclip, 'build_tokenizer', build)
     MODELS.build(tiny_mclip_cfg(tokenizer=None))
-    assert built == [(dict(type='HFTokenizer', name_or_path='xlm-roberta-large', max_length=38),
+    assert built == [(dict(type='HFTokenizer', name_or_path='xlm-roberta-large', clean=None,
+                           lowercase=False, strip_sep_token=False, max_length=38),
                       'model.backbone.tokenizer')]
 
 
@@ -500,3 +501,28 @@ def test_image_tokens_of_a_resnet_image_tower_are_refused_naming_its_arch():
                                         'VisionTransformer without attentional pooling; custom '
                                         'has ModifiedResNet'):
         resnet.encode_image_tokens(torch.randn(1, 3, 64, 64))
+
+
+@pytest.mark.parametrize('tokenizer, message', [
+    (dict(type='CCLMTokenizer', tokenizer_file=tokenizer_cfg()['tokenizer_file'], max_length=30),
+     'tokenizer.type: the config builds a CCLMTokenizer, but the text tower of M-CLIP XLM-R'),
+    (dict(tokenizer_cfg(), clean='canonicalize'),
+     "tokenizer.clean: the config sets 'canonicalize', M-CLIP reads the raw caption with None"),
+    (dict(tokenizer_cfg(), lowercase=True),
+     'tokenizer.lowercase: the config sets True, M-CLIP reads the raw caption with False'),
+])
+def test_a_tokenizer_reading_captions_otherwise_than_mclip_is_refused(tokenizer, message):
+    """M-CLIP reads the raw caption: CCLM's tokenizer (a subclass of HFTokenizer) and cleaning
+    or lower-casing give 'A Dog, running!' other ids than the tower was trained on."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MODELS.build(tiny_mclip_cfg(tokenizer=tokenizer))
+
+
+def test_a_tokenizer_config_without_max_length_reads_the_towers_whole_context():
+    """M-CLIP's tokenizer call does not truncate: a config naming its own tokenizer file and no
+    max_length was cut at HFTokenizer's default 77 (a 116-token caption lost 39 tokens)."""
+    given = tokenizer_cfg()
+    del given['max_length']
+    backbone = MODELS.build(tiny_mclip_cfg(tokenizer=given))
+    assert backbone.tokenizer.max_length == backbone.text_tower.context_length
+    assert backbone.text_tower.context_length != 77

@@ -415,18 +415,18 @@ def test_hugging_face_tokenized_families_get_open_clips_tokenizer_options():
     assert text_tokenizer_cfg('ViT-B-32', None) is None  # CLIP's BPE, from the record
     assert text_tokenizer_cfg('ViT-B-16-SigLIP2', None) == dict(
         type='HFTokenizer', name_or_path='timm/ViT-B-16-SigLIP2', clean='canonicalize',
-        strip_sep_token=False)
+        lowercase=False, strip_sep_token=False)
     assert text_tokenizer_cfg('ViT-L-14-CLIPA', None) == dict(
-        type='HFTokenizer', name_or_path='bert-base-uncased', clean='whitespace',
+        type='HFTokenizer', name_or_path='bert-base-uncased', clean='whitespace', lowercase=False,
         strip_sep_token=True)
     assert text_tokenizer_cfg('xlm-roberta-base-ViT-B-32', None)['name_or_path'] == \
         'xlm-roberta-base'
     # MetaCLIP 2 worldwide (docs/backbones.md): XLM-V's tokenizer, mT5's for the L/14.
     assert text_tokenizer_cfg('ViT-H-14-worldwide', None) == dict(
-        type='HFTokenizer', name_or_path='facebook/xlm-v-base', clean='whitespace',
+        type='HFTokenizer', name_or_path='facebook/xlm-v-base', clean='whitespace', lowercase=False,
         strip_sep_token=False)
     assert text_tokenizer_cfg('ViT-L-14-worldwide', None) == dict(
-        type='HFTokenizer', name_or_path='google/mt5-base', clean='canonicalize',
+        type='HFTokenizer', name_or_path='google/mt5-base', clean='canonicalize', lowercase=False,
         strip_sep_token=False)
     clips = {**TINY_CLIP, 'text_cfg': {**TINY_CLIP['text_cfg'], 'hf_tokenizer_name': 'x',
                                        'tokenizer_mode': 'clips'}}
@@ -450,6 +450,18 @@ def test_a_configs_own_hugging_face_tokenizer_gets_open_clips_options_or_is_refu
     with pytest.raises(ValueError, match="tokenizer.clean: the config sets 'lower', open_clip "
                                          "tokenizes for this architecture with 'whitespace'"):
         MODELS.build(backbone_cfg(cfg, xlmr_tokenizer(clean='lower')))
+    # lowercase=True reads 'A Dog' as 'a dog', as clean='lower' would: both are refused.
+    with pytest.raises(ValueError, match='tokenizer.lowercase: the config sets True, open_clip '
+                                         'tokenizes for this architecture with False'):
+        MODELS.build(backbone_cfg(cfg, xlmr_tokenizer(lowercase=True)))
+    # CCLM's HFTokenizer (a config moved from a CCLM base to an XLM-R CLIP keeps it) reads the
+    # same vocabulary into other ids: lower case, no punctuation, 30 words.
+    cclm = dict(type='CCLMTokenizer', tokenizer_file=xlmr_tokenizer()['tokenizer_file'],
+                max_length=30)
+    with pytest.raises(ValueError, match='tokenizer.type: the config builds a CCLMTokenizer, but '
+                                         'the text tower of custom was trained with the Hugging '
+                                         "Face tokenizer 'xlm-roberta-base'"):
+        MODELS.build(backbone_cfg(cfg, cclm))
 
 
 def _hand_sinusoids(rows: int, dim: int, pad_id: int) -> torch.Tensor:

@@ -31,11 +31,13 @@ from xmr.models.backbones.base import (
 from xmr.models.backbones.bert import BertTextTower
 from xmr.models.backbones.open_clip import open_clip_image_tokens
 from xmr.models.backbones.open_clip_pretrained import (
+    TRAINED_TOKENIZER_FIELDS,
     PretrainedRecord,
     apply_image_record,
     build_open_clip,
     check_trained_tokenizer,
     resolve_pretrained,
+    settled_tokenizer_cfg,
 )
 from xmr.models.language.tokenizers import BaseTokenizer, build_tokenizer
 from xmr.models.weight_files import check_weights_fit, read_weights, weights_file
@@ -53,7 +55,8 @@ XLMR_LARGE = dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24,
 #: The hub repository of the release PECTVLM uses.
 MCLIP_RELEASE = 'M-CLIP/XLM-Roberta-Large-Vit-L-14'
 #: The tokenizer M-CLIP's XLM-R reads (the release ships a copy of it).
-XLMR_LARGE_TOKENIZER = dict(type='HFTokenizer', name_or_path='xlm-roberta-large')
+XLMR_LARGE_TOKENIZER = dict(type='HFTokenizer', name_or_path='xlm-roberta-large', clean=None,
+                            lowercase=False, strip_sep_token=False)
 
 #: Weights of the release that M-CLIP's forward never reads.
 _UNUSED_PREFIXES = ('transformer.pooler.',)
@@ -186,8 +189,10 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
             :class:`~xmr.models.backbones.open_clip.OpenCLIPBackbone`).
         image_model_cfg: an inline open_clip model config for the image tower (tests).
         tokenizer: tokenizer config; default: XLM-R's tokenizer from the hub name
-            ``xlm-roberta-large`` (pass ``tokenizer_file`` for an offline JSON). Another
-            kind than an ``HFTokenizer`` (CLIP's BPE) is refused.
+            ``xlm-roberta-large`` (pass ``tokenizer_file`` for an offline JSON), reading the raw
+            caption up to the tower's 512 positions (``max_length`` where a config leaves it
+            out). Another class than ``HFTokenizer`` (CLIP's BPE, CCLM's), or ``clean``,
+            ``lowercase`` or ``strip_sep_token`` set otherwise than M-CLIP reads, is refused.
         freeze: freeze every weight.
 
     Raises:
@@ -222,9 +227,13 @@ class MultilingualCLIPBackbone(VisionLanguageBackbone):
         apply_image_record(self, self.record)
 
         if not isinstance(tokenizer, BaseTokenizer):
-            tokenizer = build_tokenizer(tokenizer or dict(
-                XLMR_LARGE_TOKENIZER, max_length=self.text_tower.context_length),
-                'model.backbone.tokenizer')
+            tokenizer_cfg = settled_tokenizer_cfg(tokenizer, XLMR_LARGE_TOKENIZER,
+                                                  TRAINED_TOKENIZER_FIELDS,
+                                                  'M-CLIP reads the raw caption with')
+            if tokenizer_cfg.get('type') == 'HFTokenizer':
+                # M-CLIP's tokenizer call does not truncate: its XLM-R reads 512 positions.
+                tokenizer_cfg.setdefault('max_length', self.text_tower.context_length)
+            tokenizer = build_tokenizer(tokenizer_cfg, 'model.backbone.tokenizer')
         self.tokenizer = tokenizer
         check_tokenizer_fits(self.tokenizer, self.text_tower, 'M-CLIP XLM-R')
         check_trained_tokenizer(self.tokenizer, XLMR_LARGE_TOKENIZER, 'M-CLIP XLM-R')

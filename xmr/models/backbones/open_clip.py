@@ -27,6 +27,7 @@ from xmr.models.backbones.base import (
 )
 from xmr.models.backbones.open_clip_hf import hf_text_tower
 from xmr.models.backbones.open_clip_pretrained import (
+    TRAINED_TOKENIZER_FIELDS,
     apply_image_record,
     arch_embed_dim,
     arch_text_cfg,
@@ -462,7 +463,7 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         else:
             trained = text_tokenizer_cfg(arch, model_cfg, self.text_tower.reads_language_token)
             tokenizer_cfg = settled_tokenizer_cfg(
-                tokenizer, trained, ('clean', 'strip_sep_token'),
+                tokenizer, trained, TRAINED_TOKENIZER_FIELDS,
                 f"open_clip tokenizes for {arch or 'this architecture'} with")
             if tokenizer_cfg.get('type') in ('HFTokenizer', 'NLLBTokenizer'):
                 tokenizer_cfg.setdefault('max_length', self.record.context_length)

@@ -45,7 +45,7 @@ from xmr.utils.cli import given_file
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
            'build_open_clip', 'apply_image_record', 'read_clip_weights', 'record_tokenizer_cfg',
            'check_record_tokenizer', 'check_record_context', 'check_trained_tokenizer',
-           'settled_tokenizer_cfg', 'arch_embed_dim',
+           'settled_tokenizer_cfg', 'TRAINED_TOKENIZER_FIELDS', 'arch_embed_dim',
            'is_checkpoint_path', 'check_pretrained_file', 'RECORD_FIELDS', 'text_tokenizer_cfg',
            'hf_tokenizer_name']
 
@@ -641,8 +641,13 @@ def text_tokenizer_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     clean = options.get('clean', 'whitespace')
     if language_token:
         return dict(type='NLLBTokenizer', name_or_path=name, clean=clean)
-    return dict(type='HFTokenizer', name_or_path=name, clean=clean,
+    return dict(type='HFTokenizer', name_or_path=name, clean=clean, lowercase=False,
                 strip_sep_token=bool(options.get('strip_sep_token', False)))
+
+
+#: The options of a Hugging Face source tokenizer that change the ids a caption gets, which a
+#: config may leave out but not set otherwise than the text tower was trained with.
+TRAINED_TOKENIZER_FIELDS = ('clean', 'lowercase', 'strip_sep_token')
 
 
 def settled_tokenizer_cfg(given: Mapping[str, Any] | None, default: Mapping[str, Any],
@@ -761,12 +766,20 @@ def check_trained_tokenizer(tokenizer: object, trained: Mapping[str, Any], arch:
     the same pieces.
 
     Raises:
-        ValueError: a tokenizer that is not a ``trained['type']``, naming its class, the
-            architecture and the tokenizer it was trained with.
+        ValueError: a tokenizer that is not a ``trained['type']`` (a subclass neither), naming
+            its class, the architecture and the tokenizer it was trained with; or one reading
+            captions otherwise (:data:`TRAINED_TOKENIZER_FIELDS`), naming the field.
     """
     expected = {'HFTokenizer': HFTokenizer, 'NLLBTokenizer': NLLBTokenizer}[trained['type']]
-    if not isinstance(tokenizer, expected):
+    # Not isinstance: a subclass (CCLM's, which lower-cases, strips punctuation and keeps 30
+    # words) reads the same vocabulary into other ids.
+    if type(tokenizer) is not expected:
         raise ValueError(f'tokenizer.type: the config builds a {type(tokenizer).__name__}, but '
                          f'the text tower of {arch} was trained with the Hugging Face tokenizer '
                          f"'{trained['name_or_path']}'; use '{trained['type']}' (name_or_path, "
                          'or tokenizer_file=<its tokenizer.json> offline) or leave tokenizer out')
+    for field in TRAINED_TOKENIZER_FIELDS:
+        if field in trained and getattr(tokenizer, field) != trained[field]:
+            raise ValueError(f'tokenizer.{field}: the tokenizer has {getattr(tokenizer, field)!r}, '
+                             f'but the text tower of {arch} was trained on text read with '
+                             f'{trained[field]!r}; leave {field} out (the backbone fills it in)')
