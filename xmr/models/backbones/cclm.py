@@ -179,7 +179,10 @@ class CCLMDualStream(VisionLanguageBackbone):
             source)
         if strict and not report.complete:
             raise ValueError(f'{report.summary()}\nthis does not fit the configured CCLM '
-                             'backbone; fix the vision/text options or pass strict=False')
+                             'backbone (missing keys are named as the backbone holds them); '
+                             "set the vision/text options to the checkpoint's. strict=False "
+                             'would load it with the missing weights left as initialised '
+                             '(random) in a frozen backbone')
         self.load_state_dict(converted, strict=False)
         print_log(report.summary(), logger='current')
         return report
