@@ -6,7 +6,8 @@
 scheduler restarts), whose own first best of each key replaces the ``best_*.pth`` of a start
 stopped before its first periodic checkpoint; ``--resume PATH`` continues from that checkpoint.
 A new run without ``--resume`` refuses a work dir holding ``iter_*.pth`` or ``best_*.pth``: it
-would overwrite some of them and leave the rest beside its own.
+would overwrite some of them and leave the rest beside its own; ``--resume PATH`` refuses one
+holding checkpoints past its iteration alike.
 
 ``--test`` (or ``--test last``) tests the final weights once training has ended, as
 ``tools/test.py CONFIG <work_dir>/iter_<n>.pth`` would, in the same process: the leaderboard is
@@ -73,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     from xmr.engine.amp import enable_amp
-    from xmr.engine.work_dir import training_checkpoints
+    from xmr.engine.distributed import launcher_rank
+    from xmr.engine.work_dir import refuse_running_training, training_checkpoints
     from xmr.models.language.carried_vocabulary import read_vocabulary_from
 
     cfg = load_run_config(args.config, ablations=args.ablation, cfg_options=args.cfg_options,
@@ -89,13 +91,12 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
+    if launcher_rank(args.launcher) == 0:  # the others start once rank 0 holds the lock
+        # Before its checkpoints are read: a running run's are no earlier run's.
+        refuse_running_training(cfg.work_dir)
     resume = args.resume if args.resume is not None else config_resume(cfg)
     key = '--resume' if args.resume is not None else 'load_from (resume = True)'
-    checkpoint = resume_checkpoint(resume, cfg.work_dir, key)
-    if resume is None:
-        saved_in = checkpoint_folder(cfg)
-        if saved_in != cfg.work_dir:
-            refuse_earlier_checkpoints(saved_in)
+    checkpoint = resume_checkpoint(resume, cfg.work_dir, key, checkpoint_folder(cfg))
     if checkpoint is not None:
         cfg.resume, cfg.load_from = True, checkpoint  # checked by resume_checkpoint
     else:
@@ -305,18 +306,22 @@ def config_resume(cfg: Config) -> str | None:
     return cfg.get('load_from') or 'auto'
 
 
-def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') -> str | None:
+def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume',
+                      saved_in: str | None = None) -> str | None:
     """The checkpoint that ``--resume`` names (see the module docstring), or ``None``.
 
     Args:
         resume: ``--resume``'s value (or the config's ``resume = True``'s, :func:`config_resume`).
         work_dir: the run's work dir, where ``latest`` and ``auto`` look.
         key: where ``resume`` came from, for the messages.
+        saved_in: where the run saves its checkpoints (:func:`checkpoint_folder`), when not in
+            ``work_dir``.
 
     Raises:
         UserError: ``PATH`` is missing, a folder or unreadable (naming ``key``), ``latest``
-            finds no checkpoint, or a new run
-            would overwrite checkpoints (:func:`refuse_earlier_checkpoints`).
+            finds no checkpoint, a new run would overwrite checkpoints
+            (:func:`refuse_earlier_checkpoints`), or ``PATH`` resumes before checkpoints of
+            the folders would overwrite (:func:`refuse_later_checkpoints`).
         CheckpointReadError: the checkpoint is empty, foreign or truncated, or keeps weights
             alone (no iteration to resume at: :func:`~xmr.engine.checkpoint.refuse_unresumable`);
             checked before the runner writes its config dump and log into the work dir.
@@ -336,13 +341,17 @@ def resume_checkpoint(resume: str | None, work_dir: str, key: str = '--resume') 
         training_checkpoints,
     )
 
+    folders = dict.fromkeys((work_dir, saved_in or work_dir))
     if resume is None:
-        refuse_earlier_checkpoints(work_dir)
+        for folder in folders:
+            refuse_earlier_checkpoints(folder)
         return None
     if resume not in ('latest', 'auto'):
         check_given_checkpoint(resume, key, f'{CHECKPOINT_FIX}, or --resume alone for the '
                                "work dir's latest")
-        check_resumable(resume)
+        iteration = check_resumable(resume)
+        for folder in folders:
+            refuse_later_checkpoints(folder, resume, iteration)
         return resume
     checkpoint = latest_checkpoint(work_dir)
     if checkpoint is None:
@@ -410,6 +419,27 @@ def refuse_earlier_checkpoints(work_dir: str) -> None:
                         '--resume (--resume PATH where last_checkpoint names a deleted file; '
                         '--resume auto where it saved best_*.pth alone), train into another '
                         '--work-dir, or remove them to start afresh')
+
+
+def refuse_later_checkpoints(folder: str, checkpoint: str, iteration: int) -> None:
+    """Refuse to resume ``checkpoint`` (at ``iteration``) where ``folder`` holds checkpoints
+    past it (``iter_<n>.pth``, ``best_*_iter_<n>.pth``): its run would overwrite those of its
+    iterations and leave the others beside its own, as a new run would
+    (:func:`refuse_earlier_checkpoints`); the newest would be resumed by ``--resume auto``.
+
+    Raises:
+        UserError: naming the checkpoints and the ways out.
+    """
+    from xmr.engine.work_dir import checkpoints_past
+
+    later = checkpoints_past(folder, iteration)
+    if later:
+        shown = ', '.join(later[:3]) + (f', ... ({len(later)} in all)' if len(later) > 3 else '')
+        raise UserError(folder, f'holds checkpoints past iteration {iteration}, where '
+                        f'{checkpoint} resumes ({shown}), which its run would overwrite and mix '
+                        'with its own', 'resume the newest with --resume, resume this one into '
+                        'another --work-dir (its checkpoints go there), or move them away to '
+                        'go on from it here')
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,9 +26,10 @@ sys.path.insert(0, str(REPO / 'tools'))
 import train as train_tool  # noqa: E402
 
 
-def save_checkpoint(path: Path, state_dict: dict | None = None) -> None:
-    """A checkpoint of training holding ``state_dict``: what a resume reads besides weights."""
-    torch.save({'state_dict': state_dict or {}, 'meta': {'epoch': 0, 'iter': 4},
+def save_checkpoint(path: Path, state_dict: dict | None = None, iteration: int = 4) -> None:
+    """A checkpoint of training at ``iteration`` holding ``state_dict``: what a resume reads
+    besides weights."""
+    torch.save({'state_dict': state_dict or {}, 'meta': {'epoch': 0, 'iter': iteration},
                 'message_hub': {}}, path)
 
 
@@ -49,13 +50,37 @@ def test_resume_without_a_checkpoint_is_an_error_and_auto_starts_a_new_run(tmp_p
 
 def test_resume_latest_and_auto_take_the_checkpoint_last_checkpoint_names(tmp_path):
     checkpoint = tmp_path / 'iter_500.pth'
-    save_checkpoint(checkpoint)
+    save_checkpoint(checkpoint, iteration=500)
     (tmp_path / 'last_checkpoint').write_text(str(checkpoint))
     assert resumed(tmp_path) == (True, str(checkpoint))
     assert resumed(tmp_path, 'auto') == (True, str(checkpoint))
     other = tmp_path / 'other.pth'
-    save_checkpoint(other)
+    save_checkpoint(other, iteration=500)
     assert resumed(tmp_path, str(other)) == (True, str(other))
+
+
+def test_a_resume_path_behind_checkpoints_of_the_work_dir_is_refused(tmp_path):
+    """Resuming iter_4.pth of a run that went on to iter_12 (to change a later phase) wrote
+    iter_8.pth, iter_12.pth and best_mAR_iter_12.pth of another trajectory over that run's, and
+    left its later ones beside them, with no word; a new run is refused for that reason."""
+    work_dir = tmp_path / 'run'
+    work_dir.mkdir()
+    for iteration in (4, 8, 12):
+        save_checkpoint(work_dir / f'iter_{iteration}.pth', iteration=iteration)
+    for name in ('best_mAR_iter_4.pth', 'best_mAR_iter_12.pth'):
+        save_checkpoint(work_dir / name)
+    (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_12.pth'))
+    earliest = str(work_dir / 'iter_4.pth')
+    with pytest.raises(UserError, match=re.escape(
+            f'{work_dir}: holds checkpoints past iteration 4, where {earliest} resumes '
+            '(iter_8.pth, best_mAR_iter_12.pth, iter_12.pth), which its run would overwrite and '
+            'mix with its own: resume the newest with --resume, resume this one into another '
+            '--work-dir')):
+        resumed(work_dir, earliest)
+    # Into another work dir, or from the newest checkpoint, nothing is overwritten.
+    assert resumed(tmp_path / 'branch', earliest) == (True, earliest)
+    newest = str(work_dir / 'iter_12.pth')
+    assert resumed(work_dir, newest) == (True, newest)
 
 
 def test_a_last_checkpoint_naming_a_missing_file_is_named(tmp_path):

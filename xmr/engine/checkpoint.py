@@ -395,13 +395,19 @@ def refuse_unresumable(checkpoint: Any, path: str | os.PathLike) -> None:
             'without --resume')
 
 
-def check_resumable(path: str | os.PathLike) -> None:
+def check_resumable(path: str | os.PathLike) -> int:
     """:func:`refuse_unresumable` of the file ``path``, read with its tensors memory-mapped (a
     look at its entries, not a read of its weights): ``tools/train.py`` checks ``--resume`` so
-    before the runner is built. Call it on a file :func:`check_checkpoint` has passed."""
+    before the runner is built. Call it on a file :func:`check_checkpoint` has passed.
+
+    Returns:
+        The iteration it resumes at (``meta.iter``).
+    """
     allow_mmengine_checkpoint_types()
-    refuse_unresumable(torch.load(path, map_location='cpu', weights_only=True,
-                                  mmap=zipfile.is_zipfile(path)), path)
+    checkpoint = torch.load(path, map_location='cpu', weights_only=True,
+                            mmap=zipfile.is_zipfile(path))
+    refuse_unresumable(checkpoint, path)
+    return int(checkpoint['meta']['iter'])
 
 
 def check_archive_records(path: str | os.PathLike, what: str = 'checkpoint') -> None:

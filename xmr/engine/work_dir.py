@@ -12,6 +12,7 @@ import re
 import socket
 import time
 from collections.abc import Callable
+from functools import partial
 
 from mmengine.config import Config
 
@@ -47,6 +48,15 @@ def training_checkpoints(work_dir: str | os.PathLike) -> list[str]:
     may lack or whose file may be deleted."""
     return sorted(osp.basename(path) for pattern in ('iter_*.pth', 'best_*.pth')
                   for path in glob.glob(osp.join(glob.escape(str(work_dir)), pattern)))
+
+
+def checkpoints_past(work_dir: str | os.PathLike, iteration: int) -> list[str]:
+    """The names of the checkpoints a training run saved in ``work_dir`` at an iteration past
+    ``iteration`` (``iter_<n>.pth``, ``best_<key>_iter_<n>.pth`` with ``n > iteration``), by
+    iteration: those a run resumed at ``iteration`` would overwrite or leave beside its own."""
+    numbered = [(int(match[1]), name) for name in training_checkpoints(work_dir)
+                if (match := re.search(r'(?:^|_)iter_(\d+)\.pth$', name))]
+    return [name for number, name in sorted(numbered) if number > iteration]
 
 
 def newest_periodic_checkpoint(work_dir: str | os.PathLike) -> str | None:
@@ -165,10 +175,34 @@ def lock_work_dir(work_dir: str | os.PathLike) -> str | None:
             liveness cannot be checked); the message names its PID and the lock file.
     """
     os.makedirs(work_dir, exist_ok=True)
-    return take_lock(osp.join(str(work_dir), LOCK_NAME), str(work_dir), lambda holder, fix: (
-        WorkDirLockedError(f'{work_dir}: another training run ({holder}) is using this work dir '
-                           f'(lock file {osp.join(str(work_dir), LOCK_NAME)}); wait for it or '
-                           f'stop it, or train into another --work-dir{fix}')))
+    return take_lock(osp.join(str(work_dir), LOCK_NAME), str(work_dir),
+                     partial(_work_dir_in_use, work_dir))
+
+
+def refuse_running_training(work_dir: str | os.PathLike) -> None:
+    """Refuse, without taking it, a work dir whose lock a running training holds (as
+    :func:`lock_work_dir` would): checked before its checkpoints are, which are that run's, not
+    an earlier run's to resume or remove.
+
+    Raises:
+        WorkDirLockedError: as :func:`lock_work_dir`'s.
+    """
+    path = osp.join(str(work_dir), LOCK_NAME)
+    if not osp.isfile(path):
+        return
+    holder = _lock_holder(path)
+    if holder[0] == -1 or _held_here(holder):
+        return
+    refused = _refusal_if_running(path, holder, socket.gethostname(),
+                                  partial(_work_dir_in_use, work_dir))
+    if refused is not None:
+        raise refused
+
+
+def _work_dir_in_use(work_dir: str | os.PathLike, holder: str, fix: str) -> WorkDirLockedError:
+    return WorkDirLockedError(f'{work_dir}: another training run ({holder}) is using this work '
+                              f'dir (lock file {osp.join(str(work_dir), LOCK_NAME)}); wait for it '
+                              f'or stop it, or train into another --work-dir{fix}')
 
 
 def take_lock(path: str, subject: str,
@@ -201,16 +235,27 @@ def take_lock(path: str, subject: str,
             if time.monotonic() - empty_since < EMPTY_LOCK_GRACE_S:
                 time.sleep(0.05)
                 continue
-        elsewhere = holder_host not in ('', host)
-        if elsewhere or _holder_alive(pid, started):
-            raise refusal(f'PID {pid}' + (f' on {holder_host}' if elsewhere else ''),
-                          f'; if it is gone, delete {path}' if elsewhere else '')
+        refused = _refusal_if_running(path, (pid, holder_host, started), host, refusal)
+        if refused is not None:
+            raise refused
         if _remove_if_unchanged(path, (pid, holder_host, started)):
             why = ('its PID now names another process than the one that wrote the lock'
                    if process_running(pid) else 'an interrupted run')
             taken_over = (f'{subject}: took over the lock of PID {pid}, which is no longer '
                           f'running ({why})')
     return taken_over
+
+
+def _refusal_if_running(path: str, holder: tuple[int, str, str | None], host: str,
+                        refusal: Callable[[str, str], Exception]) -> Exception | None:
+    """``refusal`` (:func:`take_lock`'s) of the lock ``path`` whose ``holder`` is running, or
+    is on another host than ``host`` (its liveness cannot be checked); ``None`` for one gone."""
+    pid, holder_host, started = holder
+    elsewhere = holder_host not in ('', host)
+    if elsewhere or _holder_alive(pid, started):
+        return refusal(f'PID {pid}' + (f' on {holder_host}' if elsewhere else ''),
+                       f'; if it is gone, delete {path}' if elsewhere else '')
+    return None
 
 
 def release_lock(path: str) -> None:

@@ -73,6 +73,19 @@ def test_the_train_tool_refuses_before_the_runner_writes_its_config_and_log(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]  # no dump, no log folder
 
 
+def test_the_checkpoints_of_a_running_run_are_not_called_an_earlier_runs(tmp_path,
+                                                                        other_process):
+    """A second run into a work dir where a run is training was told its checkpoints were an
+    earlier run's, to resume or remove."""
+    (tmp_path / LOCK_NAME).write_text(f'{other_process} {socket.gethostname()}\n')
+    (tmp_path / 'iter_3.pth').write_bytes(b'weights')
+    for resume in ([], ['--resume', 'auto']):
+        with pytest.raises(WorkDirLockedError, match=f'another training run \\(PID '
+                                                     f'{other_process}\\) is using this work dir'):
+            train_tool().main([str(REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'),
+                               '--work-dir', str(tmp_path), *resume])
+
+
 @pytest.mark.parametrize('launcher, variable', [('slurm', 'SLURM_PROCID'),
                                                 ('mpi', 'OMPI_COMM_WORLD_RANK'),
                                                 ('pytorch', 'RANK')])
