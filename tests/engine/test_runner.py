@@ -3,6 +3,8 @@ loops other than PhasedTrainLoop (schedulers saved and resumed, a failed run's h
 from __future__ import annotations
 
 import signal
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -116,3 +118,29 @@ def test_a_run_of_another_loop_that_raises_gives_back_the_lock_and_sigterm(tmp_p
         run.train()
     assert signal.getsignal(signal.SIGTERM) is before
     assert not work_dir_locked_here(tmp_path)
+
+
+@pytest.mark.skipif(not Path('/dev/full').exists(), reason='needs /dev/full (a full disk)')
+def test_a_run_log_that_cannot_be_written_says_so_once(capsys):
+    """A run log on a full disk printed logging's traceback for every line logged (a test on
+    the full disk holding its checkpoint: three, burying its error line)."""
+    from mmengine.logging import MMLogger
+
+    runner = ResumeCheckedRunner.__new__(ResumeCheckedRunner)  # its logger alone
+    runner._experiment_name = 'full_disk_log'
+    logger = ResumeCheckedRunner.build_logger(runner, log_file='/dev/full')
+    try:
+        for line in range(3):
+            logger.info(f'line {line}')
+    finally:
+        for handler in list(logger.handlers):
+            if handler.stream is not sys.stdout:
+                handler.stream = None  # its close would flush to /dev/full again
+            handler.close()
+        MMLogger._instance_dict.pop('full_disk_log')
+    captured = capsys.readouterr()
+    assert 'line 2' in captured.out  # the terminal keeps every line
+    assert 'Logging error' not in captured.err
+    assert captured.err.splitlines() == [
+        'warning: /dev/full: writing the run log failed ([Errno 28] No space left on device); '
+        'its lines go to the terminal alone']

@@ -763,3 +763,34 @@ def test_a_block_run_outside_the_main_thread_keeps_the_default():
     thread.start()
     thread.join()
     assert errors == [] and ran == [before]
+
+
+@pytest.mark.skipif(not Path('/dev/full').exists(), reason='needs /dev/full (a full disk)')
+def test_a_write_error_that_names_no_file_is_named_by_the_file_being_written():
+    """MMEngine's run log and config dump write to a full disk: `error: [Errno 28] No space
+    left on device` named neither, nor the folder to free."""
+    import logging
+
+    def dump() -> None:
+        with open('/dev/full', 'w') as dumped:
+            dumped.write('model = dict()\n')
+            dumped.flush()
+
+    def log(handler: logging.FileHandler) -> None:
+        handler.stream.write('Name of parameter - Initialization information\n')
+        handler.stream.flush()
+
+    handler = logging.FileHandler('/dev/full')
+    try:
+        for write in (dump, lambda: log(handler)):
+            with pytest.raises(OSError) as raised:
+                write()
+            assert raised.value.filename is None
+            assert cli.error_line(raised.value) == (
+                '/dev/full: writing it failed: No space left on device')
+    finally:
+        handler.stream = None  # its close would flush to /dev/full again
+        handler.close()
+    # Where no frame holds the file, the line stays the error's own.
+    assert cli.error_line(OSError(28, 'No space left on device')) == (
+        '[Errno 28] No space left on device')

@@ -4,9 +4,11 @@ tools give each runner they build in a process, and what those runners leave in 
 from __future__ import annotations
 
 import logging
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from mmengine.hooks import Hook
@@ -73,6 +75,15 @@ class ResumeCheckedRunner(Runner):
                        resume_param_scheduler and self.param_schedulers is not None,
                        map_location)
 
+    def build_logger(self, *args, **kwargs) -> MMLogger:
+        """MMEngine's logger, whose run log, if it cannot be written (a full disk), says so in
+        one line, not in a traceback for every line logged; the terminal keeps them."""
+        logger = super().build_logger(*args, **kwargs)
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handleError = partial(_run_log_unwritable, handler)
+        return logger
+
     def dump_config(self) -> None:
         if self._resume:
             self.register_hook(_ConfigDumpHook(self.seed))  # called by __init__, hooks built
@@ -102,6 +113,17 @@ def runner_instances_released() -> Iterator[None]:
             for handler in list(getattr(instance, 'handlers', [])):
                 handler.close()
                 instance.removeHandler(handler)
+
+
+def _run_log_unwritable(handler: logging.FileHandler, record: logging.LogRecord) -> None:
+    """``handler.handleError``: the first failed write of the run log is told on stderr, with
+    its file and cause; later ones are not (the terminal shows every line)."""
+    if getattr(handler, 'unwritable_told', False):
+        return
+    handler.unwritable_told = True
+    cause = sys.exc_info()[1]
+    print(f'warning: {handler.baseFilename}: writing the run log failed ({cause}); its lines '
+          'go to the terminal alone', file=sys.stderr)
 
 
 def dump_config_unless_over_source(runner: Runner) -> None:

@@ -35,6 +35,7 @@ import argparse
 import ast
 import codecs
 import difflib
+import io
 import logging
 import os
 import re
@@ -483,9 +484,31 @@ def error_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.filename is not None:
         # OSError's own str() puts the file after the reason; every line leads with the file.
         return f'{error.filename}: {error.strerror or type(error).__name__}'
+    if isinstance(error, OSError) and error.errno is not None:
+        written = file_being_written(error)
+        if written is not None:  # a write's error names no file (a full disk)
+            return f'{written}: writing it failed: {error.strerror or error}'
     if isinstance(error, (UserError, ValueError)) or _expected(error):
         return str(error)
     return f'{type(error).__name__}: {error}'
+
+
+def file_being_written(error: OSError) -> str | None:
+    """The file a write was writing when it raised ``error``, which names none (``write()`` on a
+    full disk: MMEngine's run log and config dump): the innermost frame of its traceback that
+    holds a log file's handler or a file opened by name; ``None`` where none does."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            if isinstance(value, logging.FileHandler):
+                return value.baseFilename
+            name = getattr(value, 'name', None) if isinstance(value, io.IOBase) else None
+            if isinstance(name, str) and not name.startswith('<'):  # not <stdout>
+                return name
+    return None
 
 
 class Terminated(BaseException):
@@ -768,6 +791,11 @@ def _write_to_run_log(line: str, error: BaseException) -> None:
     logger = logger_module.MMLogger.get_current_instance()
     record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, line, None,
                                (type(error), error, error.__traceback__))
-    for handler in logger.handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
+    # A log on a full disk, the error's own cause, would print logging's traceback under it.
+    quiet, logging.raiseExceptions = logging.raiseExceptions, False
+    try:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handle(record)
+    finally:
+        logging.raiseExceptions = quiet
