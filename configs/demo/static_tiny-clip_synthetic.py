@@ -1,4 +1,4 @@
-# The bundled demo (README): on 2 CPU cores, no downloads, in about 6 minutes.
+# The bundled demo (README): on 2 CPU cores, no downloads, in about 4 to 6 minutes.
 #   1. source_finetune: a tiny CLIP learns English retrieval on the synthetic pairs (towers train);
 #   2. cross_lingual: towers frozen, static adapters + target embeddings align r^T to r^S (MSE);
 #   3. cross_modal: the same modules align r^T to the images (InfoNCE).

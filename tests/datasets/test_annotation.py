@@ -316,6 +316,11 @@ def test_the_header_of_a_written_file_saved_with_a_byte_order_mark_is_read(tmp_p
     ('multi30k_train.json', 'multi30k_train.json is written by tools/data/prepare_multi30k.py'),
     ('multi30k_train_100shot_seed42.json', 'is written by tools/data/few_shot_split.py --protocol '
      'subsample'),
+    # A config's machine-translated copy (Swahili), which the Multi30K converter never writes.
+    ('multi30k_train_sw.json', 'is written by tools/data/attach_translations.py '
+     'multi30k_train.json --translations LANG=LANG.txt --out <this file>, LANG.txt the machine '
+     'translation, line by line, of what tools/data/export_source_captions.py exports of '
+     "prepare_multi30k.py's multi30k_train.json"),
     ('flickr30k_200_test.json', 'is written by tools/data/prepare_flickr30k_200.py'),
     ('coco_test1k_fold3.json', "is written by tools/data/prepare_mscoco.py, or from LAPS's "
      'files by tools/data/prepare_laps.py'),

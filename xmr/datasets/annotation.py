@@ -443,6 +443,11 @@ def _renamed_key(code: Any) -> Any:
 #: first match first: a missing file is named with the command that makes it.
 ANNOTATION_WRITERS = (
     (r'multi30k_train_\d+shot', 'tools/data/few_shot_split.py --protocol subsample'),
+    # The training captions machine-translated into one language, a copy of the converter's.
+    (r'multi30k_train_[a-z]{2,3}\.json$', 'tools/data/attach_translations.py '
+     'multi30k_train.json --translations LANG=LANG.txt --out <this file>, LANG.txt the '
+     'machine translation, line by line, of what tools/data/export_source_captions.py exports '
+     "of prepare_multi30k.py's multi30k_train.json"),
     (r'multi30k_', 'tools/data/prepare_multi30k.py'),
     (r'flickr30k_200_', 'tools/data/prepare_flickr30k_200.py'),
     (r'flickr30k_', "tools/data/prepare_flickr30k.py, or from LAPS's files by "

@@ -1,6 +1,7 @@
 # Swahili learnt from the English Multi30K training captions machine-translated into Swahili
-# (tools/data/attach_translations.py writes annotations/multi30k_train_sw.json beside the
-# Multi30K files), tested on Crossmodal-3600 in English and Swahili with both of its protocols
+# (tools/data/attach_translations.py annotations/multi30k_train.json --translations sw=sw.txt
+# --out annotations/multi30k_train_sw.json writes them beside the Multi30K files; docs/data.md),
+# tested on Crossmodal-3600 in English and Swahili with both of its protocols
 # (every caption, and CLIP_benchmark's first caption, which `tools/test.py --format
 # clip_benchmark` exports). XM3600 has no validation split: a run validates nothing and keeps its
 # last checkpoint (the leaf sets train_cfg.val_interval=0 and no save_best). A leaf on another
