@@ -113,6 +113,9 @@ def test_a_split_of_another_size_stops_naming_it_and_both_counts(flickr, tmp_pat
             "dataset_flickr30k.json has 1013 val images; Karpathy's Flickr30K splits need "
             '1014$')):
         convert_flickr30k(tmp_path / 'dataset_flickr30k.json')
+    # A deliberate subset (--skip-benchmark-size-check) is converted.
+    subset = convert_flickr30k(tmp_path / 'dataset_flickr30k.json', check_benchmark_size=False)
+    assert len(subset['flickr30k_val'].items) == 1013
 
 
 def _bad_entry(change):

@@ -198,3 +198,16 @@ def test_translations_join_the_train_split(coco):
     _write_lines(coco / 'train.ja', [f'訳 {n}' for n in range(200)])
     ann = convert_laps(coco, 'coco', train_translations={'ja': coco / 'train.ja'})['coco_train']
     assert ann.items[1].translations == {'ja': [f'訳 {n}' for n in range(5, 10)]}
+
+
+def test_a_deliberate_subset_of_the_5k_test_is_written_without_folds(coco, tmp_path):
+    """--skip-benchmark-size-check, which every converter's help offers for a deliberate subset,
+    was refused by LAPS's own size check."""
+    _laps_split(coco, 'testall', [(7 * n + 1000, _captions(0)) for n in range(4999)])
+    out = tmp_path / 'out'
+    with pytest.warns(UserWarning, match='the test5k split holds 4,999 images, not the 5,000 '
+                                         'the 1K protocol folds: no coco_test1k_fold'):
+        main(['--laps-dir', str(coco), '--dataset', 'coco', '--skip-media-check', '--out-dir',
+              str(out), '--skip-benchmark-size-check'])
+    assert len(load_annotation(out / 'coco_test5k.json').items) == 4999
+    assert not list(out.glob('coco_test1k_fold*.json'))

@@ -105,6 +105,18 @@ def test_command_line_refuses_a_short_test_split(tmp_path):
     assert not (tmp_path / 'out').exists()
 
 
+def test_a_deliberate_subset_of_the_test_split_is_written_without_folds(tmp_path):
+    """--skip-benchmark-size-check was refused by the Karpathy layout's own check; the 1K
+    folds, cut from 5,000 images, are left out, and a warning says so."""
+    _karpathy(tmp_path / 'dataset_coco.json', [(1, 'train'), (100, 'val'), (1000, 'test')])
+    with pytest.warns(UserWarning, match='the test5k split holds 1 images, not the 5,000 the 1K '
+                                         'protocol folds'):
+        main(['--karpathy-json', str(tmp_path / 'dataset_coco.json'), '--skip-media-check',
+              '--out-dir', str(tmp_path / 'out'), '--skip-benchmark-size-check'])
+    assert sorted(path.name for path in (tmp_path / 'out').iterdir()) == [
+        'coco_test5k.json', 'coco_train.json', 'coco_train2014.json', 'coco_val.json']
+
+
 def test_text_only_writes_text_pairs_without_images(coco):
     """--text-only (text pairs for a text-only teacher or the cross-lingual phase), which every
     other converter takes, was refused as an unknown argument (by every Karpathy command)."""

@@ -38,7 +38,7 @@ FLICKR30K_KARPATHY = KarpathyLayout(
 def convert_flickr30k(karpathy_json: str | os.PathLike,
                       images_dir: str | os.PathLike | None = None,
                       train_translations: Mapping[str, str | os.PathLike] | None = None,
-                      ) -> dict[str, Annotation]:
+                      check_benchmark_size: bool = True) -> dict[str, Annotation]:
     """Build the Flickr30K annotations from Karpathy's split file.
 
     Args:
@@ -47,6 +47,8 @@ def convert_flickr30k(karpathy_json: str | os.PathLike,
             must exist in it.
         train_translations: target language -> machine translations of the English captions of
             ``flickr30k_train.json`` (plain line format, five lines per image).
+        check_benchmark_size: refuse splits of other sizes than Karpathy's; ``False`` for a
+            deliberate subset (``--skip-benchmark-size-check``).
 
     Returns:
         Output name (``flickr30k_train``, ``flickr30k_val``, ``flickr30k_test``) -> annotation.
@@ -62,7 +64,8 @@ def convert_flickr30k(karpathy_json: str | os.PathLike,
             source_lang='en',
             items=[MediaRecord(media_id=image.stem, media_path=image.media_path,
                                captions={'en': image.captions}) for image in split_images])
-        for name, split_images in group_splits(images, FLICKR30K_KARPATHY, karpathy_json).items()}
+        for name, split_images in group_splits(images, FLICKR30K_KARPATHY, karpathy_json,
+                                                check_benchmark_size).items()}
     if images_dir is not None:
         check_media_exist(images_dir, [image.media_path for image in images])
     if train_translations:
@@ -78,5 +81,5 @@ def main(argv: Sequence[str] | None = None) -> None:
                              images_help='the Flickr30K image folder, flickr30k-images/',
                              train_output='flickr30k_train.json')
     run_karpathy_command(parser, argv, lambda args, images_dir, translations: convert_flickr30k(
-        args.karpathy_json, images_dir, translations),
+        args.karpathy_json, images_dir, translations, not args.skip_benchmark_size_check),
         lambda args: {f'flickr30k_{split}': 'flickr30k' for split in FLICKR30K_KARPATHY.splits})

@@ -137,7 +137,8 @@ def read_karpathy(path: str | os.PathLike, layout: KarpathyLayout) -> list[Karpa
 
 
 def group_splits(images: Sequence[KarpathyImage], layout: KarpathyLayout,
-                 path: str | os.PathLike) -> dict[str, list[KarpathyImage]]:
+                 path: str | os.PathLike, check_benchmark_size: bool = True
+                 ) -> dict[str, list[KarpathyImage]]:
     """The images of each output split, in file order, checked against ``layout.split_sizes``
     and cut to ``layout.captions_per_image`` (a warning counts the captions dropped).
 
@@ -145,6 +146,8 @@ def group_splits(images: Sequence[KarpathyImage], layout: KarpathyLayout,
         images: :func:`read_karpathy`'s result.
         layout: the one it was read with.
         path: the file, named in errors and warnings.
+        check_benchmark_size: check ``layout.split_sizes``; ``False`` for a deliberate subset
+            (``--skip-benchmark-size-check``).
 
     Raises:
         ConversionError: when an output split is empty or its size differs from
@@ -156,7 +159,7 @@ def group_splits(images: Sequence[KarpathyImage], layout: KarpathyLayout,
         if not split_images:
             raise ConversionError(f'Karpathy split file {path} has no '
                                   f'{"/".join(layout.splits[name])} images')
-    for name, expected in layout.split_sizes.items():
+    for name, expected in layout.split_sizes.items() if check_benchmark_size else ():
         if len(by_split[name]) != expected:
             raise ConversionError(f'Karpathy split file {path} has {len(by_split[name])} '
                                   f'{"/".join(layout.splits[name])} images; '

@@ -231,7 +231,7 @@ def convert_laps(laps_dir: str | os.PathLike, dataset: str,
                  images_dir: str | os.PathLike | None = None,
                  id_mapping: str | os.PathLike | None = None,
                  train_translations: Mapping[str, str | os.PathLike] | None = None,
-                 ) -> dict[str, Annotation]:
+                 check_benchmark_size: bool = True) -> dict[str, Annotation]:
     """Build the annotations of a LAPS dataset folder.
 
     Args:
@@ -242,6 +242,9 @@ def convert_laps(laps_dir: str | os.PathLike, dataset: str,
         id_mapping: image id -> file (default ``<laps_dir>/id_mapping.json``).
         train_translations: target language -> machine translations of the train split's
             captions (plain line format, one line per caption).
+        check_benchmark_size: refuse a test split of another size than its protocol's;
+            ``False`` for a deliberate subset (``--skip-benchmark-size-check``; COCO's then
+            gets no 1K folds).
 
     Returns:
         Output name (``flickr30k_test``, ``coco_test1k_fold0``, ...) -> annotation, for each
@@ -264,7 +267,8 @@ def convert_laps(laps_dir: str | os.PathLike, dataset: str,
         ids_path = _split_paths(folder, split)[0]
         per_image = None if split == 'train' else EVAL_CAPTIONS_PER_IMAGE
         images = read_laps_split(folder, split, per_image)
-        _check_size(images, split, layout, ids_path)
+        if check_benchmark_size:
+            _check_size(images, split, layout, ids_path)
         paths = _media_paths(images, mapping, mapping_path, ids_path, layout)
         name = layout.splits[split]
         outputs[f'{layout.prefix}_{name}'] = Annotation(
@@ -316,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     images_dir = checked_media_dir(parser, args, 'images')
     write_converted(lambda: convert_laps(args.laps_dir, args.dataset, images_dir,
                                          args.id_mapping,
-                                         parse_lang_paths(args.translations, '--translations')),
+                                         parse_lang_paths(args.translations, '--translations'),
+                                         not args.skip_benchmark_size_check),
                     args.out_dir, 'images', lambda: laps_outputs(LAPS_DATASETS[args.dataset]),
                     text_only=args.text_only,
                     check_benchmark_size=not args.skip_benchmark_size_check)

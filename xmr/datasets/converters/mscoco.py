@@ -20,6 +20,7 @@ file order), and ``cococn_{train,val,test}.json`` with COCO-CN's own splits.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -122,7 +123,14 @@ def _records(images: Sequence[KarpathyImage], stair: Mapping[int, list[str]] | N
 
 def coco_folds(test5k: Annotation) -> dict[str, Annotation]:
     """The 1K protocol's folds of the 5K test: ``coco_test1k_fold{k}`` holds its images
-    ``[1000 k, 1000 (k + 1))`` in file order, with their captions."""
+    ``[1000 k, 1000 (k + 1))`` in file order, with their captions. A subset of the 5K test
+    (``--skip-benchmark-size-check``) has none (a warning says so): its folds would not be the
+    protocol's."""
+    if len(test5k.items) != COCO_FOLDS * COCO_FOLD_SIZE:
+        warnings.warn(f'the {test5k.split} split holds {len(test5k.items):,} images, not the '
+                      f'{COCO_FOLDS * COCO_FOLD_SIZE:,} the 1K protocol folds: no '
+                      'coco_test1k_fold* file is written', stacklevel=2)
+        return {}
     return {f'coco_{split}': replace(
         test5k, split=split,
         items=test5k.items[fold * COCO_FOLD_SIZE:(fold + 1) * COCO_FOLD_SIZE])
@@ -134,7 +142,7 @@ def convert_mscoco(karpathy_json: str | os.PathLike,
                    stair_jsons: Sequence[str | os.PathLike] = (),
                    coco_cn_dir: str | os.PathLike | None = None,
                    train_translations: Mapping[str, str | os.PathLike] | None = None,
-                   ) -> dict[str, Annotation]:
+                   check_benchmark_size: bool = True) -> dict[str, Annotation]:
     """Build the MSCOCO annotations.
 
     Args:
@@ -145,13 +153,15 @@ def convert_mscoco(karpathy_json: str | os.PathLike,
         coco_cn_dir: COCO-CN folder; when given, the ``cococn_*`` outputs are built.
         train_translations: target language -> machine translations of the English captions
             of ``coco_train.json`` (plain line format).
+        check_benchmark_size: refuse a 5K test of another size; ``False`` for a deliberate
+            subset (``--skip-benchmark-size-check``), which gets no 1K folds (:func:`coco_folds`).
 
     Returns:
         Output name (``coco_train``, ``coco_test1k_fold0``, ``cococn_test``, ...) -> annotation.
     """
     images = read_karpathy(karpathy_json, COCO_KARPATHY)
     stair = read_stair(stair_jsons) if stair_jsons else None
-    by_split = group_splits(images, COCO_KARPATHY, karpathy_json)
+    by_split = group_splits(images, COCO_KARPATHY, karpathy_json, check_benchmark_size)
     languages = ['en', 'ja'] if stair is not None else ['en']
     outputs: dict[str, Annotation] = {}
     for name, split_images in by_split.items():
@@ -206,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='STAIR Captions files (train and val) for Japanese')
     parser.add_argument('--coco-cn-dir', type=Path, help='COCO-CN folder for Chinese')
     run_karpathy_command(parser, argv, lambda args, images_dir, translations: convert_mscoco(
-        args.karpathy_json, images_dir, args.stair_json, args.coco_cn_dir, translations),
+        args.karpathy_json, images_dir, args.stair_json, args.coco_cn_dir, translations,
+        not args.skip_benchmark_size_check),
         lambda args: {**{f'coco_{split}': 'mscoco'
                          for split in (*COCO_KARPATHY.splits, *COCO_FOLD_SPLITS)},
                       **{f'cococn_{split}': 'coco-cn'
