@@ -460,6 +460,52 @@ def test_a_run_resumed_in_its_work_dir_writes_the_checkpoints_of_the_uninterrupt
                                                   'iter_6.pth', 'iter_8.pth']
 
 
+class Killed(BaseException):
+    """A SIGKILL, as far as the run is concerned: nothing after it runs."""
+
+
+@pytest.mark.parametrize('killed_at', ['iter_2.pth', 'best_mAR_iter_2.pth'])
+def test_a_run_killed_before_removing_what_its_save_replaced_has_them_removed_by_its_resume(
+        tmp_path, monkeypatch, killed_at):
+    """A kill after iteration 4's checkpoint was in place but before the file it replaced was
+    removed (the periodic iter_2.pth of max_keep_ckpts=1, or the best of iteration 2) left that
+    file for good: the resumed run's records no longer named it."""
+    scores = {2: 1.0, 4: 2.0, 6: 3.0, 8: 4.0}
+
+    def validate(loop):
+        metrics = {'mAR': scores[loop.runner.train_loop.iter]}
+        loop.runner.call_hook('after_val_epoch', metrics=metrics)
+        return metrics
+
+    monkeypatch.setattr(ValLoop, 'run', validate)
+
+    def cfg(work_dir, **kwargs):
+        cfg = with_validation(make_cfg(work_dir, phases=[PHASES[1]], checkpoint_interval=2,
+                                       **kwargs))
+        cfg.default_hooks.checkpoint.update(save_best='mAR', rule='greater', max_keep_ckpts=1)
+        return cfg
+
+    train(cfg(tmp_path / 'whole'))
+    remove = CheckpointHook._remove
+
+    def kill_at(hook, path):
+        if Path(path).name == killed_at:
+            raise Killed
+        remove(hook, path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointHook, '_remove', kill_at)
+        with pytest.raises(Killed):
+            train(cfg(tmp_path / 'cut'))
+    cut = tmp_path / 'cut'
+    assert (cut / killed_at).is_file()
+    assert (cut / 'last_checkpoint').read_text() == str(cut / 'iter_4.pth')
+    train(cfg(cut, resume_from=cut / 'iter_4.pth'))
+    written = {run: sorted(p.name for p in (tmp_path / run).glob('*.pth'))
+               for run in ('whole', 'cut')}
+    assert written['cut'] == written['whole'] == ['best_mAR_iter_8.pth', 'iter_8.pth']
+
+
 def test_a_best_saved_again_at_its_iteration_keeps_its_file(tmp_path):
     """A resumed run makes up the validation of the iteration it resumed at."""
     runner, hook = runner_with_hook(tmp_path, save_best='mAR', rule='greater')

@@ -72,6 +72,10 @@ FINISHED_MARKER = '.train_finished'
 
 #: The message hub's record of the interim checkpoint in place (a resumed run removes it).
 INTERIM_KEY = 'interim_ckpt_step'
+#: The message hub's record, in each checkpoint, of the checkpoints its save makes outdated
+#: (removed once it is in place): a run killed between the two leaves them, which its resume
+#: removes, as nothing else would.
+OUTDATED_KEY = 'outdated_ckpts'
 
 __all__ = ['FINISHED_MARKER', 'CheckpointHook', 'check_best_keys', 'check_metric_names',
            'refuse_foreign_weights', 'refuse_other_facts']
@@ -104,6 +108,8 @@ class CheckpointHook(MMEngineCheckpointHook):
         #: The iteration of the interim checkpoint in place (:meth:`save_interim_checkpoint`).
         self.interim_step: int | None = None
         self._saving_interim = False
+        #: Per key, the best checkpoint a validation's new best replaces (while it is saved).
+        self._replaced_best: dict[str, str | None] = {}
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
@@ -118,6 +124,8 @@ class CheckpointHook(MMEngineCheckpointHook):
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
         self.interim_step = runner.message_hub.get_info(INTERIM_KEY) if runner._resume else None
+        if runner._resume:
+            self._remove_outdated(runner)
         self._earlier_best = ([] if runner._resume or not self.save_best else
                               [Path(self.out_dir, name) for name in self.earlier_best])
         if is_main_process() and not runner._resume:
@@ -219,11 +227,18 @@ class CheckpointHook(MMEngineCheckpointHook):
                                                  or self.keep_ckpt_ids[-1] != step)
         steps = [*self.keep_ckpt_ids, step] if recorded else []
         replaced_interim = self.interim_step if self.interim_step != step else None
+        kept = steps[-keep:] if recorded else list(self.keep_ckpt_ids) if keep > 0 else []
+        outdated = [old for old in [*steps[:-keep], *[replaced_interim] * (replaced_interim
+                                                                          is not None)]
+                    if old not in kept]
         if keep > 0:
             # The checkpoint written holds the ids kept once it is in place.
             if recorded:
-                runner.message_hub.update_info('keep_ckpt_ids', steps[-keep:])
+                runner.message_hub.update_info('keep_ckpt_ids', kept)
             runner.message_hub.update_info(INTERIM_KEY, step if interim else None)
+        runner.message_hub.update_info(OUTDATED_KEY, [
+            *(self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old))
+              for old in outdated), *self._outdated_best()])
         # MMEngine's method, but for its removals (here, after the new file is in place) and
         # its plain write of last_checkpoint, which a full disk or a kill would leave empty.
         filename = self.filename_tmpl.format(step)
@@ -242,10 +257,8 @@ class CheckpointHook(MMEngineCheckpointHook):
             self.keep_ckpt_ids.append(step)  # the deque's maxlen drops the outdated ids
         if keep > 0:
             self.interim_step = step if interim else None
-        for old in [*steps[:-keep], *[replaced_interim] * (replaced_interim is not None)]:
-            if old not in self.keep_ckpt_ids:
-                self._remove(self.file_backend.join_path(self.out_dir,
-                                                         self.filename_tmpl.format(old)))
+        for old in outdated:
+            self._remove(self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old)))
 
     def save_interim_checkpoint(self, runner, iterations: int) -> None:
         """Save the state after ``iterations`` iterations between periodic checkpoints (a
@@ -298,12 +311,14 @@ class CheckpointHook(MMEngineCheckpointHook):
         # MMEngine removes the known best before writing its successor: hide it until then.
         for key in previous:
             self._set_best_path(key, None)
+        self._replaced_best = previous
         try:
             # MMEngine saves the iteration of a new best again, to record the best in the run's
             # latest checkpoint: an interim one where no periodic checkpoint has this iteration.
             with self._interim():
                 super()._save_best_checkpoint(runner, metrics)
         finally:
+            self._replaced_best = {}
             for key, old in previous.items():
                 new = self._best_paths()[key]
                 if new is None or not self.file_backend.isfile(new):
@@ -313,6 +328,25 @@ class CheckpointHook(MMEngineCheckpointHook):
                     runner.logger.info(f'The previous best checkpoint {old} is removed')
                 if new is not None and self.file_backend.isfile(new):
                     self._replace_earlier_best(runner, key, Path(new))
+
+    def _outdated_best(self) -> list[str]:
+        """The best checkpoints of this run that the new bests being saved replace (removed
+        once the save recording them is in place)."""
+        return [old for key, old in self._replaced_best.items()
+                if old is not None and self._best_paths()[key] not in (None, old)
+                and self._ours(old)]
+
+    def _remove_outdated(self, runner) -> None:
+        """Remove the checkpoints the resumed checkpoint's save made outdated
+        (:data:`OUTDATED_KEY`) that are still there: a kill came before their removal, and no
+        later save of this run names them (files of a moved work dir are its own)."""
+        for recorded in runner.message_hub.get_info(OUTDATED_KEY) or []:
+            path = recorded if self._ours(recorded) else own_file(self.out_dir, recorded)
+            if path is not None and self.file_backend.isfile(path) and is_main_process():
+                self._remove(path)
+                runner.logger.info(f'removed {path}, which the checkpoint this run resumes from '
+                                   'replaced (the run was stopped before removing it)')
+        runner.message_hub.update_info(OUTDATED_KEY, [])
 
     def _replace_earlier_best(self, runner, key: str, new: Path) -> None:
         """Remove the earlier run's best checkpoints of ``key``, now that this run saved its
