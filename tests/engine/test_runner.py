@@ -55,6 +55,24 @@ def test_an_interrupted_dump_leaves_the_earlier_one_whole(tmp_path, monkeypatch)
     assert sorted(p.name for p in dumped.parent.iterdir()) == ['run.py']
 
 
+def test_a_dump_removes_the_temporary_a_killed_dump_left(tmp_path):
+    """A test killed as it dumped its config left `.run.py.<host>-<pid>.tmp` in its `test/`
+    folder through every later test: no checkpoint hook clears that folder."""
+    import os
+    import subprocess
+
+    from xmr.fileio import temporary_path
+
+    runner = _runner(tmp_path, 'model = dict(type="M", width=8)\n')
+    gone = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                          capture_output=True, text=True, check=True)
+    ours = temporary_path(Path(runner.work_dir) / 'run.py')
+    left = ours.with_name(ours.name.replace(f'-{os.getpid()}.', f'-{int(gone.stdout)}.'))
+    left.write_text('model = dict(')
+    dump_config_unless_over_source(runner)
+    assert sorted(p.name for p in Path(runner.work_dir).iterdir()) == ['run.py']
+
+
 def test_the_config_read_from_the_work_dir_is_not_dumped_over(tmp_path):
     source = tmp_path / 'run.py'
     source.write_text('# the composed original\nmodel = dict(type="M")\n')

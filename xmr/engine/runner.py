@@ -18,7 +18,7 @@ from mmengine.runner import Runner
 from mmengine.visualization import Visualizer
 
 from xmr.engine.hook_points import call_failure_point
-from xmr.fileio import atomic_write_text, input_written_over
+from xmr.fileio import atomic_write_text, input_written_over, remove_stale_temporaries
 
 __all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process',
            'runner_instances_released']
@@ -135,7 +135,7 @@ def dump_config_unless_over_source(runner: Runner) -> None:
 
     MMEngine's own dump opens the file for writing before it formats the config (a third of a
     second): a resumed run interrupted then left the dump of the run that wrote the
-    checkpoints empty."""
+    checkpoints empty. The temporaries of dumps interrupted by a kill are removed first."""
     source = runner.cfg.filename
     if source is not None and input_written_over(Path(runner.work_dir) / Path(source).name,
                                                   [source]):
@@ -144,6 +144,10 @@ def dump_config_unless_over_source(runner: Runner) -> None:
                   'at the top of the log', logger='current', level=logging.WARNING)
         return
     name = Path(source).name if source is not None else f'{runner.timestamp}.py'
+    # A test's logs folder (test/ beside its checkpoint) has no checkpoint hook to clear it.
+    for path in remove_stale_temporaries(runner.work_dir):
+        print_log(f'removed {path}, a partial file of an interrupted run', logger='current',
+                  level=logging.WARNING)
     atomic_write_text(Path(runner.work_dir) / name, runner.cfg.dump())
 
 
