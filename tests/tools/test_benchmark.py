@@ -510,7 +510,8 @@ def test_arch_covers_siglip2_and_the_xlmr_clip():
     backbone = siglip['backbone']
     assert (backbone['arch'], backbone['pretrained_cfg']) == ('ViT-B-16-SigLIP2-256', 'webli')
     assert backbone['tokenizer'] == dict(type='HFTokenizer', tokenizer_file=tokenizer_file,
-                                         clean='canonicalize', strip_sep_token=False, pad_id=0)
+                                         clean='canonicalize', lowercase=False,
+                                         strip_sep_token=False, pad_id=0)
     # The fixed 64-token context: the branch pads to it on every path, captions fit it.
     branch_tokenizer = siglip['language_branch']['tokenizer']
     assert branch_tokenizer['pad_to'] is None and branch_tokenizer['max_length'] == 64
