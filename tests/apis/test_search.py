@@ -309,9 +309,25 @@ def test_a_model_embedding_in_other_dimensions_than_the_gallery_is_refused_namin
             'encode the gallery with this model')):
         MediaIndex.load(path, model=model)
     with pytest.raises(ValueError, match=re.escape(
-            f"query embeddings have {width} dimensions, the gallery's 2: encode the queries "
-            'with the model that encoded the gallery')):
+            f'the index: its media embeddings have 2 dimensions, the model embeds in {width}: '
+            'encode the gallery with this model')):
         MediaIndex.load(path).search(model, 'ein roter Kreis', 'de', k=1)
+
+
+def test_a_search_by_a_model_that_did_not_encode_the_gallery_is_refused(model, image_files,
+                                                                        tmp_path):
+    """MediaIndex.load(path) takes no model; its searches by a model of other weights (one
+    trained again) ranked queries of one embedding space against media of another."""
+    MediaIndex.from_media(model, image_files).save(tmp_path / 'gallery.idx')
+    torch.manual_seed(1)
+    other = MODELS.build(tiny_retriever_cfg()).eval()
+    loaded = MediaIndex.load(tmp_path / 'gallery.idx')
+    for index in (loaded, MediaIndex.from_media(model, image_files)):
+        with pytest.raises(ValueError, match=re.escape(
+                f'the index: its media were encoded by backbone {model.backbone.fingerprint()}, '
+                f"the model's is {other.backbone.fingerprint()} (other weights)")):
+            index.search(other, 'ein roter Kreis', 'de', k=1)
+    assert len(loaded.search(model, 'ein roter Kreis', 'de', k=1)[0]) == 1
 
 
 def test_media_that_cannot_be_read_are_left_out_when_asked_and_stop_the_index_otherwise(

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,8 @@ class MediaIndex:
 
     encoded_by: dict[str, Any] | None = None
     skipped: Sequence[SkippedMedia] = ()
+    #: The models :meth:`search` has found to be the gallery's encoder (:meth:`check_encoder`).
+    _searched_by: weakref.WeakSet | None = None
 
     def __init__(self, embeddings: Tensor, media_ids: Sequence[str], index: str = 'flat',
                  tokens: TokenSet | Sequence[Tensor] | None = None,
@@ -345,6 +348,15 @@ class MediaIndex:
             gallery.check_encoder(model, where=str(path))
         return gallery
 
+    def _check_searched_by(self, model: BaseRetriever) -> None:
+        """:meth:`check_encoder` at a model's first search: a fingerprint hashes the backbone's
+        weights (seconds for a ViT-L), which its later searches leave as they were."""
+        if self._searched_by is None:
+            self._searched_by = weakref.WeakSet()
+        if model not in self._searched_by:
+            self.check_encoder(model)
+            self._searched_by.add(model)
+
     def check_encoder(self, model: BaseRetriever, where: str = 'the index') -> None:
         """Refuse a ``model`` whose backbone did not encode the gallery: its queries would be
         scored against another model's media embeddings. An index of embeddings given (no
@@ -422,9 +434,12 @@ class MediaIndex:
             Per query, its hits in decreasing score order.
 
         Raises:
-            ValueError: for an untrained language (listing the trained ones), a bad ``k`` or
-                ``candidates``, or a token score that is NaN.
+            ValueError: a model whose backbone did not encode the gallery (or another media
+                head: :meth:`check_encoder`, at its first search), an untrained language
+                (listing the trained ones), a bad ``k`` or ``candidates``, or a token score
+                that is NaN.
         """
+        self._check_searched_by(model)
         k = _checked_count(k, 'k')
         if candidates is not None:
             candidates = _checked_count(candidates, 'candidates')
