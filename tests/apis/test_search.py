@@ -254,6 +254,22 @@ def test_an_index_file_cut_short_is_named_with_the_command_that_builds_it_again(
     assert str(error.value).endswith(REBUILD.format(path=tmp_path / 'gallery.idx'))
 
 
+@pytest.mark.parametrize('written', [b'hello world, not an index', None], ids=['text', 'head'])
+def test_a_file_no_media_index_wrote_is_not_to_be_rebuilt_over(tmp_path, written):
+    """A text file, or an index cut before the bytes that name its format, was to be built
+    again with `--index <it> --overwrite`, which tools/search.py then refused as no media
+    index: the command given must be one the tool runs."""
+    path = tmp_path / 'notes.idx'
+    MediaIndex(torch.eye(4), list('abcd')).save(path)
+    path.write_bytes(written if written is not None else path.read_bytes()[:60])
+    assert not written_as_media_index(path)
+    with pytest.raises(ValueError) as error:
+        MediaIndex.load(path)
+    assert str(error.value).endswith(
+        REBUILD.format(path='ANOTHER.idx').replace(' --overwrite', '')
+        + f' ({path} itself is kept: its first bytes name no media index)')
+
+
 @pytest.mark.parametrize(('edit', 'damage'), [
     (lambda state: state['searcher'].update(index=state['searcher']['index'][:40].clone()),
      "faiss cannot read its index (Error: 'ret == (1)' failed: read error in : 0 != 1"),

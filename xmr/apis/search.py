@@ -42,9 +42,10 @@ READABLE_FORMATS = ('xmr-media-index/1', INDEX_FORMAT)
 #: format stays ``/2``: a float16 file holds the same records, and the readers of ``/2`` before
 #: it searched it alike (every token score is given float32 blocks).
 TOKEN_DTYPES = (torch.float32, torch.float16)
-#: What to do with an index file that cannot be searched: build it again from its media.
+#: What to do with an index file that cannot be searched: build it again from its media
+#: (:func:`_rebuild`).
 _REBUILD = ('build it again from its media: python tools/search.py CONFIG CHECKPOINT --media '
-            'MEDIA... --index {path} --overwrite, or MediaIndex.from_media(model, media).save() '
+            'MEDIA... --index {index}, or MediaIndex.from_media(model, media).save() '
             '(docs/evaluation.md, "From the command line")')
 #: The C++ function and source line that open a faiss error's message.
 _FAISS_WHERE = re.compile(r'^Error in .*? at \S+?:\d+: ', re.DOTALL)
@@ -306,7 +307,7 @@ class MediaIndex:
         again), read weights-only.
 
         Every fault is named with the file and, for a file that cannot be searched, the
-        command that builds it again (:data:`_REBUILD`), before anything is searched.
+        command that builds it again (:func:`_rebuild`), before anything is searched.
 
         Args:
             path: the file.
@@ -330,7 +331,7 @@ class MediaIndex:
             state = read_checkpoint(path, 'media index', fix='give a file MediaIndex.save '
                                     'wrote (tools/search.py --index)', mmap=True)
         except CheckpointReadError as error:
-            raise CheckpointReadError(f'{error}; or {_REBUILD.format(path=path)}') from error
+            raise CheckpointReadError(f'{error}; or {_rebuild(path)}') from error
         _check_format(state, path)
         gallery = cls.__new__(cls)
         gallery.searcher = _read_searcher(state, path)
@@ -532,6 +533,16 @@ def written_as_media_index(path: str | os.PathLike) -> bool:
     return not head or f'{INDEX_FORMAT.rpartition("/")[0]}/'.encode() in head
 
 
+def _rebuild(path: str | os.PathLike) -> str:
+    """How to build the index ``path`` again (:data:`_REBUILD`): over it, where ``tools/search.py
+    --overwrite`` replaces it (:func:`written_as_media_index`), else at another path, the file
+    being kept."""
+    if written_as_media_index(path):
+        return _REBUILD.format(index=f'{path} --overwrite')
+    return (_REBUILD.format(index='ANOTHER.idx') + f' ({path} itself is kept: its first bytes '
+            'name no media index)')
+
+
 def _checked_count(value: Any, name: str) -> int:
     """``value``, a positive whole number.
 
@@ -627,7 +638,7 @@ def _check_format(state: Any, path: Path) -> None:
         raise ValueError(f'{path}: a media index of format {found!r} ({written_by(state)}), '
                          f"which reads {' and '.join(map(repr, READABLE_FORMATS))}: search it "
                          'with the xmr that wrote it, '
-                         f'or {_REBUILD.format(path=path)}')
+                         f'or {_rebuild(path)}')
     described = (f'format {found!r}' if isinstance(state, Mapping) and 'format' in state
                  else f'a {type(state).__name__} without a format')
     raise ValueError(f'{path}: is not a media index ({described}, not {INDEX_FORMAT!r}); '
@@ -651,7 +662,7 @@ def _read_searcher(state: Mapping[str, Any], path: Path) -> FaissSearcher:
 
 def _damaged(path: Path, damage: str) -> ValueError:
     """The error of a media index file whose content :meth:`MediaIndex.save` did not write."""
-    return ValueError(f'{path}: a damaged media index: {damage}; {_REBUILD.format(path=path)}')
+    return ValueError(f'{path}: a damaged media index: {damage}; {_rebuild(path)}')
 
 
 def _media_ids(media: Sequence[MediaInput], media_ids: Sequence[str] | None) -> list[str]:
