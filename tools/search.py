@@ -414,6 +414,7 @@ def hits_table(query: str, lang: str, hits: list[Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    logs_to_stderr()  # stdout holds the hits: `xmr search ... > hits.md`
     given_device(args.device)
     queries = read_queries(args)
     files = media_files(args.media) if args.media is not None else None
@@ -427,6 +428,16 @@ def main(argv: list[str] | None = None) -> None:
             say_not_written([(args.index if writes_index else None, '--index'),
                              (args.out, '--out')], written)
             raise
+
+
+def logs_to_stderr() -> None:
+    """Send the log's terminal lines (MMEngine's logger writes them to stdout) to stderr, where
+    the encoding's progress and the skipped media's warnings go."""
+    from mmengine.logging import MMLogger
+
+    for handler in MMLogger.get_current_instance().handlers:
+        if type(handler) is logging.StreamHandler:  # not its log file's
+            handler.setStream(sys.stderr)
 
 
 def say_not_written(outputs: list[tuple[Path | None, str]], written: list[Path]) -> None:

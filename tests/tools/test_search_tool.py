@@ -263,7 +263,7 @@ def test_a_query_language_the_model_lacks_is_refused_before_the_model_is_built(
 
 
 def test_a_file_that_cannot_be_read_stops_the_search_or_is_left_out_and_named(
-        gallery, tmp_path):
+        gallery, tmp_path, capsys):
     config, checkpoint, media = gallery
     (media / 'cut.png').write_bytes(b'')
     tool = load_tool()
@@ -272,8 +272,14 @@ def test_a_file_that_cannot_be_read_stops_the_search_or_is_left_out_and_named(
     with pytest.raises(MediaReadError, match=re.escape(f"{media / 'cut.png'}: the file is empty")):
         tool.main(flags)
     assert not (tmp_path / 'hits.json').exists()
+    capsys.readouterr()
     with pytest.warns(MediaSkippedWarning, match='cut.png'):
         tool.main([*flags, '--on-corrupt', 'skip'])
+    # The log's lines go to stderr with the warnings: stdout holds the hits (`> hits.md`).
+    captured = capsys.readouterr()
+    assert '1 of the media given cannot be read and are left out' in captured.err
+    assert captured.out.startswith('query (de): ein roter Kreis\n')
+    assert 'mmengine' not in captured.out
     written = json.loads((tmp_path / 'hits.json').read_text())
     assert written['skipped'] == [dict(media=str(media / 'cut.png'),
                                        reason='the file is empty (0 bytes) (media[3])')]

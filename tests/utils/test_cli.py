@@ -344,7 +344,7 @@ def test_given_device_takes_the_gpus_this_machine_has_and_no_other(monkeypatch, 
             assert given_device(name) == name
             continue
         with pytest.raises(UserError, match=rf'^--device {name}: this machine has {gpus} CUDA '
-                           r'device\(s\): leave --device out'):
+                           r'device\(s\): give cpu'):
             given_device(name)
     with pytest.raises(UserError, match='^--device gpu0: is no torch device'):
         given_device('gpu0')

@@ -357,9 +357,9 @@ def given_device(name: str | None) -> str:
         raise UserError(f'--device {name}', 'is no torch device',
                         'give cpu, cuda or cuda:N') from None
     if device.type == 'cuda' and (device.index or 0) >= gpus:
+        # Not 'leave --device out': some tools' default is the CPU, others' the first GPU.
         raise UserError(f'--device {name}', f'this machine has {gpus} CUDA device(s)',
-                        'leave --device out (the first GPU, else the CPU), or give cpu'
-                        + (f' or cuda:0 to cuda:{gpus - 1}' if gpus else ''))
+                        'give cpu' + (f' or cuda:0 to cuda:{gpus - 1}' if gpus else ''))
     return name
 
 
