@@ -91,7 +91,8 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     if args.amp or args.amp_dtype:
         enable_amp(cfg, args.amp_dtype)
-    if launcher_rank(args.launcher) == 0:  # the others start once rank 0 holds the lock
+    # Rank 0 alone: the others would find the lock rank 0 takes once this has passed.
+    if launcher_rank(args.launcher) == 0:
         # Before its checkpoints are read: a running run's are no earlier run's.
         refuse_running_training(cfg.work_dir)
     resume = args.resume if args.resume is not None else config_resume(cfg)
