@@ -794,3 +794,44 @@ def test_a_write_error_that_names_no_file_is_named_by_the_file_being_written():
     # Where no frame holds the file, the line stays the error's own.
     assert cli.error_line(OSError(28, 'No space left on device')) == (
         '[Errno 28] No space left on device')
+
+
+PEER_GONE = '''
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from xmr.utils import cli
+
+def run(rank, port):
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    if rank == 1:
+        os._exit(3)  # its own error line said why
+    try:
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as error:
+        print(cli.error_line(error), cli._expected(error), sep='\\n', flush=True)
+
+if __name__ == '__main__':
+    # Not joined together: a joined spawn ends rank 0 as soon as rank 1 has ended.
+    context = mp.spawn(run, args=(int(sys.argv[1]),), nprocs=2, join=False)
+    context.processes[0].join()
+'''
+
+
+def test_a_rank_whose_peer_ended_says_so_not_an_unexpected_gloo_error(tmp_path):
+    """Rank 0's line (and the run's log, which rank 0 writes) was `RuntimeError: [.../pair.cc:
+    561] Connection closed by peer ... (unexpected; run again with --debug ...)`: the symptom,
+    naming neither the rank nor where the cause is."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    script = tmp_path / 'peer_gone.py'
+    script.write_text(PEER_GONE)
+    ran = subprocess.run([sys.executable, str(script), str(port)], capture_output=True,
+                         text=True, timeout=120)
+    line, expected = ran.stdout.splitlines()[:2]
+    assert re.fullmatch(r"rank 0: another process of the launch stopped first \(the process "
+                        r"group's Connection (closed|reset) by peer\): the error line that "
+                        r'process printed says why', line)
+    assert expected == 'True'  # not 'unexpected; run again with --debug'

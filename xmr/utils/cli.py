@@ -481,6 +481,10 @@ def error_line(error: BaseException) -> str:
             f"{ast.literal_eval(os_error['file'])}: {os_error['reason']}")
     if isinstance(error, SystemExit):
         return str(error.code).removeprefix('error: ')
+    if _peer_gone(error):
+        reason = _PEER_GONE.search(str(error))[0]
+        return (f'rank {_rank()}: another process of the launch stopped first (the process '
+                f"group's {reason}): the error line that process printed says why")
     if isinstance(error, OSError) and error.filename is not None:
         # OSError's own str() puts the file after the reason; every line leads with the file.
         return f'{error.filename}: {error.strerror or type(error).__name__}'
@@ -690,7 +694,24 @@ def _expected(error: BaseException) -> bool:
     if worker is not None:
         return _expected_type(worker[0])
     return (isinstance(error, (UserError, SystemExit, OSError, ValueError))
-            or type(error).__module__.split('.')[0] == 'xmr')
+            or type(error).__module__.split('.')[0] == 'xmr' or _peer_gone(error))
+
+
+#: How gloo tells a rank that a peer of its process group is gone (the peer's process ended).
+_PEER_GONE = re.compile(r'Connection (closed|reset) by peer')
+
+
+def _peer_gone(error: BaseException) -> bool:
+    """Whether ``error`` is a process group's word that another rank ended (gloo's
+    ``Connection closed by peer``): that rank's own error says why, this one is its symptom."""
+    return (isinstance(error, RuntimeError) and _process_group_started()
+            and _PEER_GONE.search(str(error)) is not None)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank()
 
 
 def _expected_type(qualified: str) -> bool:
