@@ -570,3 +570,41 @@ def test_an_argument_the_builder_gives_is_refused_as_the_config_loads(path, opti
         check_part_options(MODELS, cfg, 'model')
     taken = str(error.value).partition('it takes ')[2].split(', ')
     assert option not in taken and taken[0]
+
+
+def test_a_users_part_that_reads_what_its_builder_passes_is_given_it_without_saying_so():
+    """A loss of one's own that reads the backbone (reads_backbone) had to name `backbone` in
+    given_by_builder too, or a config's `backbone` replaced the retriever's unrefused."""
+    from xmr.models.language.embedding import EmbeddingBlock
+    from xmr.models.losses.pair import PairLoss
+
+    class ScaledByBackbone(PairLoss):
+        reads_backbone = True
+
+        def __init__(self, backbone=None, margin: float = 0.2) -> None:
+            super().__init__()
+
+        def forward(self, a, b):
+            return (a - b).pow(2).mean()
+
+    class TowerTable(EmbeddingBlock):
+        reads_tower = True
+        given_by_builder = ('width',)
+
+    assert ScaledByBackbone.given_by_builder == ('backbone',)
+    assert TowerTable.given_by_builder == ('width', 'tower')
+    assert PairLoss.given_by_builder == EmbeddingBlock.given_by_builder == ()
+
+    def holds(loss=None):
+        """A model that builds its loss with its backbone."""
+
+    MODELS.register_module(module=ScaledByBackbone)
+    try:
+        cfg = dict(type=holds, loss=dict(type='ScaledByBackbone', margin=0.1))
+        check_part_options(MODELS, cfg, 'model')
+        cfg['loss']['backbone'] = None
+        with pytest.raises(UnknownOptionError, match=r"^model\.loss\.backbone: .*option "
+                                                     r"'backbone' is given by what builds"):
+            check_part_options(MODELS, cfg, 'model')
+    finally:
+        MODELS._module_dict.pop('ScaledByBackbone')

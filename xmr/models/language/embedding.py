@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -34,12 +34,18 @@ class EmbeddingBlock(nn.Module):
             then read as the tower's own forward does (a caption's own padding id masked, the
             positions the source path's: :meth:`~xmr.models.language.branch.
             TargetLanguageBranch.read`).
-        given_by_builder: arguments the branch passes (``('tower',)`` beside ``reads_tower``),
-            which a config may not give: the config's load refuses them.
+        given_by_builder: arguments the branch passes, which a config may not give: the
+            config's load refuses them. A class that ``reads_tower`` has ``tower`` among them
+            without saying so.
     """
 
     reads_tower: ClassVar[bool] = False
     given_by_builder: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.reads_tower and 'tower' not in cls.given_by_builder:
+            cls.given_by_builder = (*cls.given_by_builder, 'tower')
 
 
 @MODELS.register_module()

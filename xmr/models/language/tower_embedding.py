@@ -32,7 +32,6 @@ class TowerTokenEmbedding(EmbeddingBlock):
     """
 
     reads_tower = True
-    given_by_builder = ('tower',)
 
     def __init__(self, tower: TextTower, vocab_size: int, width: int,
                  padding_idx: int | None = None) -> None:

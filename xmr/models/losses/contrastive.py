@@ -46,7 +46,6 @@ class InfoNCELoss(PairLoss):
 
     batch_contrastive = True
     reads_backbone = True
-    given_by_builder = ('backbone',)
 
     def __init__(self, temperature: float | None = 0.01, learnable: bool = False,
                  max_scale: float = 100.0, mask_same_media: bool = False,

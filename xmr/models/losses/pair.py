@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,14 +23,20 @@ class PairLoss(nn.Module, metaclass=ABCMeta):
             ``a`` and row ``j`` of ``b`` come from one medium, the diagonal included), and pairs
             of one medium off the diagonal (another caption of the query's image) are no
             negatives, as LAPS trains (its ``mask_repeat``).
-        given_by_builder: arguments the retrievers pass (``('backbone',)`` beside
-            ``reads_backbone``), which a config may not give: the config's load refuses them.
+        given_by_builder: arguments the retrievers pass, which a config may not give: the
+            config's load refuses them. A class that ``reads_backbone`` has ``backbone`` among
+            them without saying so.
     """
 
     batch_contrastive: bool = False
     reads_backbone: bool = False
     mask_same_media: bool = False
     given_by_builder: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.reads_backbone and 'backbone' not in cls.given_by_builder:
+            cls.given_by_builder = (*cls.given_by_builder, 'backbone')
 
     @abstractmethod
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

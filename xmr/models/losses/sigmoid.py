@@ -32,7 +32,6 @@ class SigmoidLoss(PairLoss):
 
     batch_contrastive = True
     reads_backbone = True
-    given_by_builder = ('backbone',)
 
     def __init__(self, logit_scale: float | None = None, logit_bias: float | None = None,
                  backbone: torch.nn.Module | None = None, mask_same_media: bool = False) -> None:
