@@ -431,11 +431,8 @@ def test_a_moved_work_dir_records_its_own_last_and_best_on_every_rank(
     assert runner.message_hub.get_info('best_ckpt') == str(moved / 'best_mAR_iter_4.pth')
 
 
-def test_a_run_resumed_in_its_work_dir_writes_the_checkpoints_of_the_uninterrupted_run(
-        tmp_path, monkeypatch):
-    """A validation that finds a new best saves its iteration's checkpoint again where a last
-    checkpoint is known: the resumed run knew none until its next periodic save, and wrote no
-    iter_6.pth."""
+def validate_rising_map(monkeypatch) -> None:
+    """Validations report mAR 1, 2, 3, 4 at iterations 2, 4, 6, 8: each a new best."""
     scores = {2: 1.0, 4: 2.0, 6: 3.0, 8: 4.0}
 
     def validate(loop):
@@ -444,6 +441,14 @@ def test_a_run_resumed_in_its_work_dir_writes_the_checkpoints_of_the_uninterrupt
         return metrics
 
     monkeypatch.setattr(ValLoop, 'run', validate)
+
+
+def test_a_run_resumed_in_its_work_dir_writes_the_checkpoints_of_the_uninterrupted_run(
+        tmp_path, monkeypatch):
+    """A validation that finds a new best saves its iteration's checkpoint again where a last
+    checkpoint is known: the resumed run knew none until its next periodic save, and wrote no
+    iter_6.pth."""
+    validate_rising_map(monkeypatch)
 
     def cfg(work_dir, **kwargs):
         cfg = with_validation(make_cfg(work_dir, phases=[PHASES[1]],
@@ -470,14 +475,7 @@ def test_a_run_killed_before_removing_what_its_save_replaced_has_them_removed_by
     """A kill after iteration 4's checkpoint was in place but before the file it replaced was
     removed (the periodic iter_2.pth of max_keep_ckpts=1, or the best of iteration 2) left that
     file for good: the resumed run's records no longer named it."""
-    scores = {2: 1.0, 4: 2.0, 6: 3.0, 8: 4.0}
-
-    def validate(loop):
-        metrics = {'mAR': scores[loop.runner.train_loop.iter]}
-        loop.runner.call_hook('after_val_epoch', metrics=metrics)
-        return metrics
-
-    monkeypatch.setattr(ValLoop, 'run', validate)
+    validate_rising_map(monkeypatch)
 
     def cfg(work_dir, **kwargs):
         cfg = with_validation(make_cfg(work_dir, phases=[PHASES[1]], checkpoint_interval=2,
