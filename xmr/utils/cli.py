@@ -35,6 +35,7 @@ import argparse
 import ast
 import codecs
 import difflib
+import errno
 import io
 import logging
 import os
@@ -488,13 +489,17 @@ def error_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.filename is not None:
         # OSError's own str() puts the file after the reason; every line leads with the file.
         return f'{error.filename}: {error.strerror or type(error).__name__}'
-    if isinstance(error, OSError) and error.errno is not None:
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
         written = file_being_written(error)
         if written is not None:  # a write's error names no file (a full disk)
             return f'{written}: writing it failed: {error.strerror or error}'
     if isinstance(error, (UserError, ValueError)) or _expected(error):
         return str(error)
     return f'{type(error).__name__}: {error}'
+
+
+#: The errors of a write that the disk refused (full, over quota, read-only, failing).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
 def file_being_written(error: OSError) -> str | None:
