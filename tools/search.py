@@ -437,7 +437,9 @@ def logs_to_stderr() -> None:
 
     for handler in MMLogger.get_current_instance().handlers:
         if type(handler) is logging.StreamHandler:  # not its log file's
-            handler.setStream(sys.stderr)
+            # Not setStream, which flushes the stream it replaces (each line was flushed as it
+            # was logged): one closed since (a notebook's, a test's capture) would raise.
+            handler.stream = sys.stderr
 
 
 def say_not_written(outputs: list[tuple[Path | None, str]], written: list[Path]) -> None:

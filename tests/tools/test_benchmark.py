@@ -427,8 +427,7 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
      'dasd to --methods'),
     (['--methods', 'dasd', '--compiled-autograd'], '--compiled-autograd adds each compiled row '
      'again: give --compile'),
-    (['--device', 'cuda'], '--device cuda: this machine has 0 CUDA device(s): leave --device '
-     'out (the first GPU, else the CPU), or give cpu'),
+    (['--device', 'cuda'], '--device cuda: this machine has 0 CUDA device(s): give cpu'),
     (['--device', 'gpu'], '--device gpu: is no torch device: give cpu, cuda or cuda:N'),
     (['--threads', '0'], "--threads: '0' is no whole number >= 1"),
     (['--tokenizer-file', 'no/tokenizer.json', '--arch', 'ViT-B-16-SigLIP2-256'],
