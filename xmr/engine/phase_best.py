@@ -17,8 +17,9 @@ from torch import Tensor, nn
 
 from xmr.engine.checkpoint import read_checkpoint
 from xmr.engine.phases import Phase
+from xmr.engine.work_dir import clear_partial_files
 from xmr.engine.wrappers import unwrap_model
-from xmr.fileio import atomic_torch_save, remove_stale_temporaries
+from xmr.fileio import atomic_torch_save
 
 FOLDER = 'phase_best'
 
@@ -82,8 +83,7 @@ class PhaseBest:
         """Remove the partial files (``.<name>.<host>-<pid>.tmp``) of runs killed while writing a
         best to ``<work_dir>/phase_best``, which no later run replaced or removed."""
         if is_main_process():
-            for path in remove_stale_temporaries(Path(runner.work_dir) / FOLDER):
-                runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
+            clear_partial_files(Path(runner.work_dir) / FOLDER, runner.logger.warning)
 
     def record(self, runner, phase: Phase, metrics: Mapping[str, float], iteration: int) -> None:
         """Keep the trained weights if this validation of ``phase`` beats its best (a NaN

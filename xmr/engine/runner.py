@@ -18,7 +18,8 @@ from mmengine.runner import Runner
 from mmengine.visualization import Visualizer
 
 from xmr.engine.hook_points import call_failure_point
-from xmr.fileio import atomic_write_text, input_written_over, remove_stale_temporaries
+from xmr.engine.work_dir import clear_partial_files
+from xmr.fileio import atomic_write_text, input_written_over
 
 __all__ = ['ResumeCheckedRunner', 'dump_config_unless_over_source', 'runner_name_in_process',
            'runner_instances_released']
@@ -145,9 +146,8 @@ def dump_config_unless_over_source(runner: Runner) -> None:
         return
     name = Path(source).name if source is not None else f'{runner.timestamp}.py'
     # A test's logs folder (test/ beside its checkpoint) has no checkpoint hook to clear it.
-    for path in remove_stale_temporaries(runner.work_dir):
-        print_log(f'removed {path}, a partial file of an interrupted run', logger='current',
-                  level=logging.WARNING)
+    clear_partial_files(runner.work_dir,
+                        partial(print_log, logger='current', level=logging.WARNING))
     atomic_write_text(Path(runner.work_dir) / name, runner.cfg.dump())
 
 

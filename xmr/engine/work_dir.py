@@ -13,10 +13,11 @@ import socket
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from mmengine.config import Config
 
-from xmr.fileio import process_running, temporary_path
+from xmr.fileio import process_running, remove_stale_temporaries, temporary_path
 
 
 def resolve_work_dir(cfg: Config, config_path: str | os.PathLike,
@@ -48,6 +49,14 @@ def training_checkpoints(work_dir: str | os.PathLike) -> list[str]:
     may lack or whose file may be deleted."""
     return sorted(osp.basename(path) for pattern in ('iter_*.pth', 'best_*.pth')
                   for path in glob.glob(osp.join(glob.escape(str(work_dir)), pattern)))
+
+
+def clear_partial_files(folder: str | os.PathLike, warn: Callable[[str], Any]) -> None:
+    """Remove the partial files (``.<name>.<host>-<pid>.tmp``) that runs killed while writing
+    left in ``folder`` (:func:`~xmr.fileio.remove_stale_temporaries`), each told to ``warn``
+    (a runner's ``logger.warning``)."""
+    for path in remove_stale_temporaries(folder):
+        warn(f'removed {path}, a partial file of an interrupted run')
 
 
 def checkpoints_past(work_dir: str | os.PathLike, iteration: int) -> list[str]:

@@ -490,7 +490,7 @@ def error_line(error: BaseException) -> str:
         # OSError's own str() puts the file after the reason; every line leads with the file.
         return f'{error.filename}: {error.strerror or type(error).__name__}'
     if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
-        written = file_being_written(error)
+        written = _file_being_written(error)
         if written is not None:  # a write's error names no file (a full disk)
             return f'{written}: writing it failed: {error.strerror or error}'
     if isinstance(error, (UserError, ValueError)) or _expected(error):
@@ -502,7 +502,7 @@ def error_line(error: BaseException) -> str:
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
-def file_being_written(error: OSError) -> str | None:
+def _file_being_written(error: OSError) -> str | None:
     """The file a write was writing when it raised ``error``, which names none (``write()`` on a
     full disk: MMEngine's run log and config dump): the innermost frame of its traceback that
     holds a log file's handler or a file opened by name; ``None`` where none does."""

@@ -58,9 +58,9 @@ from xmr.engine.checkpoint import (
 )
 from xmr.engine.eval_loops import expected_metric_keys
 from xmr.engine.hook_points import call_hook_point
-from xmr.engine.work_dir import own_file
+from xmr.engine.work_dir import clear_partial_files, own_file
 from xmr.engine.wrappers import unwrap_model
-from xmr.fileio import atomic_write_text, remove_stale_temporaries
+from xmr.fileio import atomic_write_text
 from xmr.models.retrievers.checkpoint_facts import check_checkpoint_facts, decode_facts
 from xmr.registry import HOOKS
 from xmr.utils.cli import UserKeyError, did_you_mean
@@ -121,8 +121,7 @@ class CheckpointHook(MMEngineCheckpointHook):
         if expected is not None:
             check_best_keys(self.key_indicators, expected, expected=True)
         if is_main_process():
-            for path in remove_stale_temporaries(self.out_dir):
-                runner.logger.warning(f'removed {path}, a partial file of an interrupted run')
+            clear_partial_files(self.out_dir, runner.logger.warning)
         self.interim_step = runner.message_hub.get_info(INTERIM_KEY) if runner._resume else None
         if runner._resume:
             self._remove_outdated(runner)
@@ -227,10 +226,12 @@ class CheckpointHook(MMEngineCheckpointHook):
                                                  or self.keep_ckpt_ids[-1] != step)
         steps = [*self.keep_ckpt_ids, step] if recorded else []
         replaced_interim = self.interim_step if self.interim_step != step else None
-        kept = steps[-keep:] if recorded else list(self.keep_ckpt_ids) if keep > 0 else []
-        outdated = [old for old in [*steps[:-keep], *[replaced_interim] * (replaced_interim
-                                                                          is not None)]
-                    if old not in kept]
+        if recorded:
+            kept = steps[-keep:]
+        else:
+            kept = list(self.keep_ckpt_ids) if keep > 0 else []
+        replaced = steps[:-keep] + ([] if replaced_interim is None else [replaced_interim])
+        outdated = [old for old in replaced if old not in kept]
         if keep > 0:
             # The checkpoint written holds the ids kept once it is in place.
             if recorded:
