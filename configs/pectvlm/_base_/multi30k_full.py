@@ -8,8 +8,8 @@
 # both LayerNorms of every layer (run_choose_pet_task1.py unfreezes 'deltas' and
 # 'output.LayerNorm' and freezes the linear head; LoRA r = 8 is then 0.16% of the text encoder,
 # the paper's figure). The release has no Multi30K scripts;
-# run_choose_pet_task1.py's defaults (50 epochs at batch 4, validation once per epoch: 362,500
-# iterations) are --ablation pectvlm/authors-script-multi30k.
+# run_choose_pet_task1.py's defaults (50 epochs at batch 4, validation every 4 iterations:
+# 362,500 iterations) are --ablation pectvlm/authors-script-multi30k.
 #
 # Data: tools/data/prepare_multi30k.py; a routine that reads machine translations needs PECTVLM's
 # translated_from_en (translations, routine 2) or translated_to_en (back-translations,
