@@ -1,4 +1,5 @@
-# The plain dual-encoder baseline of CDDS's Table 4: the ViT-B/16 + BERT towers of
+# xmr's plain dual-encoder baseline, not a row of CDDS's Table 4 (its bases are VSE++, SCAN, SGR,
+# CHAN and LAPS: dual-encoder-vsepp_*.py is the VSE++ row): the ViT-B/16 + BERT towers of
 # cdds_vit-bert-b16_flickr30k.py without the CDDS UNets, their own CLS embeddings contrasted
 # (InfoNCE), same data and schedule.
 _base_ = ['./cdds_vit-bert-b16_flickr30k.py']
@@ -11,7 +12,7 @@ val_evaluator = dict(_base_.val_evaluator, scoring='embedding')
 test_evaluator = [val_evaluator]
 
 # The CDDS phase's schedule (epochs, rates, warm-up) for the towers and the loss's temperature;
-# the rows of Table 4 vary this phase.
+# the VSE++ row of Table 4 and the distribution-sampling variants vary this phase.
 dual_encoder_phase = dict(_base_.train_cfg.phases[0], name='dual_encoder',
                           trainable=['backbone', 'losses'], loss_weights=dict(itc=1.0))
 train_cfg = dict(phases=[dual_encoder_phase])

@@ -1,7 +1,8 @@
 # The demo's tiny open_clip CLIP (random weights; 32 px images, patch 8, so 1 + 16 image tokens;
 # a 2-layer text tower of width 64) as an image-text dual encoder whose patch and word tokens CDDS
-# decouples. Both towers and the UNets train together, as in CDDS's own setting; retrieval reads
-# the pooled semantic components only.
+# decouples. Both towers and the UNets train together, as in CDDS's own setting; retrieval is the
+# paper's patch-word matching of the semantic components (the evaluators add their pooled cosine
+# under pooled/).
 tiny_clip = dict(
     embed_dim=64,
     vision_cfg=dict(image_size=32, layers=3, width=96, patch_size=8, head_width=32),
