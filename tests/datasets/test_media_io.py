@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from tests.datasets.test_media_files import LFS_POINTER_TEXT
+from tests.datasets.test_video_containers import write_clip
 from xmr.datasets.media_files import LFS_POINTER
 from xmr.datasets.media_io import (
     MediaReadError,
@@ -471,6 +472,43 @@ def test_the_decode_check_decodes_every_frame_of_a_video(videos):
     assert info.value.path == str(videos / 'corrupted.mp4')
     for name in ('video_0.mov', 'unordered.mov', 'flipping_a_pancake.mkv'):
         check_video_decodes(videos / name)
+
+
+def test_a_stream_that_ends_before_its_count_is_named_by_the_decode_check(tmp_path):
+    """A failed download saved as 'video7010.txt' is opened by FFmpeg's text demuxer, which
+    counts a frame it cannot give: decord's StopIteration escaped, naming no file, and stopped
+    the dataset's check before its report of every damaged file."""
+    path = tmp_path / 'video7010.txt'
+    path.write_text('404 Not Found\n')
+    with pytest.raises(MediaReadError) as info:
+        check_video_decodes(path)
+    assert (info.value.path, info.value.reason) == (str(path), (
+        'decoding failed (its stream ends after 0 of the 1 frames its header counts)'))
+
+
+def test_a_relative_name_with_a_colon_is_read_as_a_file_not_an_url(tmp_path, monkeypatch):
+    """FFmpeg read 'cam1-12:30.mp4' as an URL of the protocol 'cam1-12', and the sound clip
+    was refused as 'no video container FFmpeg knows' (a dataset with data_root left '')."""
+    write_clip(tmp_path / 'cam1-12:30.mp4', 'mp4v', frames=3)
+    monkeypatch.chdir(tmp_path)
+    frames, indices = read_video_frames('cam1-12:30.mp4', 3, random_offset=False)
+    assert (tuple(frames.shape), indices) == ((3, 3, 48, 64), [0, 1, 2])
+    check_video_decodes('cam1-12:30.mp4')
+
+
+def test_a_video_whose_name_is_no_utf8_is_read(tmp_path):
+    """decord encodes a name as UTF-8: a Latin-1 system's 'café.mp4' ('caf\\udce9.mp4' to
+    Python) failed as 'decoding failed (... surrogates not allowed)', blaming a sound file."""
+    sound = write_clip(tmp_path / 'clip.mp4', 'mp4v', frames=3)
+    latin1 = tmp_path / 'caf\udce9.mp4'
+    try:
+        sound.rename(latin1)
+    except (OSError, UnicodeEncodeError):
+        pytest.skip('this file system keeps no name that is not UTF-8')
+    frames, _ = read_video_frames(latin1, 3, random_offset=False)
+    assert frames.shape == (3, 3, 48, 64)
+    check_video_decodes(latin1)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ['caf\udce9.mp4']
 
 
 @pytest.mark.parametrize('check', [read_image, check_image_decodes])

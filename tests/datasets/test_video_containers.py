@@ -11,6 +11,20 @@ from xmr.datasets.media_files import LFS_POINTER
 from xmr.datasets.video_containers import container_problem, unlike_its_name
 
 
+def write_clip(path, fourcc: str, frames: int = 5, width: int = 64):
+    """A clip of ``frames`` frames 48 px high, in the container ``path``'s suffix names, written
+    by OpenCV's FFmpeg (OpenCV is mmengine's dependency); noise, so that each frame's data
+    differs in size."""
+    cv2 = pytest.importorskip('cv2')
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), 10, (width, 48))
+    noise = np.random.default_rng(0)
+    for _ in range(frames):
+        writer.write(noise.integers(0, 256, (48, width, 3), dtype=np.uint8))
+    writer.release()
+    assert path.stat().st_size > 0, f'OpenCV wrote no {path.name}'
+    return path
+
+
 def _box(kind: bytes, payload: bytes) -> bytes:
     return struct.pack('>I', 8 + len(payload)) + kind + payload
 
@@ -204,13 +218,7 @@ def test_every_video_suffix_s_containers_are_told_from_a_page_under_their_name(t
     """A web page saved as 'clip.avi' (or .flv, .wmv, .ts, ...) was opened by nothing before
     training: only '.mp4'-like and '.mkv'-like names were read. Real files of each container,
     written by OpenCV's FFmpeg, begin as their names say."""
-    cv2 = pytest.importorskip('cv2')
-    path = tmp_path / name
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), 10, (64, 48))
-    for value in range(0, 250, 50):
-        writer.write(np.full((48, 64, 3), value, dtype=np.uint8))
-    writer.release()
-    assert path.stat().st_size > 0, f'OpenCV wrote no {name}'
+    path = write_clip(tmp_path / name, fourcc)
     assert not unlike_its_name(path)
     path.write_bytes(b'<!DOCTYPE html><title>404 Not Found</title>' + bytes(400))
     assert unlike_its_name(path)
@@ -399,3 +407,99 @@ def test_a_matroska_track_list_without_entries_tells_nothing(tmp_path):
     path = tmp_path / 'clip.webm'
     path.write_bytes(_matroska(_track_entry(), CLUSTER))
     assert container_problem(path) is None
+
+
+def _riff(form: bytes, payload: bytes, size: int | None = None) -> bytes:
+    payload = form + payload
+    return b'RIFF' + struct.pack('<I', len(payload) if size is None else size) + payload
+
+
+def _path(tmp_path, name: str, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(('data', 'problem'), [
+    (_riff(b'AVI ', bytes(100)), None),
+    # an odd chunk is padded to an even size before an OpenDML file's next chunk
+    (_riff(b'AVI ', bytes(101)) + b'\x00' + _riff(b'AVIX', bytes(40)), None),
+    (_riff(b'AVI ', bytes(100)) + b'a trailer', None),
+    (_riff(b'AVI ', bytes(100), size=0xFFFFFFFF), None),  # FFmpeg's placeholder: unfinished
+    (_riff(b'AVI ', bytes(100))[:60],
+     "truncated: its AVI 'RIFF' chunk ends at byte 112 but the file has 60 bytes"),
+    (_riff(b'AVI ', bytes(100)) + _riff(b'AVIX', bytes(40))[:20],
+     "truncated: its AVI 'RIFF' chunk ends at byte 164 but the file has 132 bytes")])
+def test_each_riff_chunk_of_an_avi_file_must_end_inside_it(tmp_path, data, problem):
+    found = container_problem(_path(tmp_path, 'clip.avi', data))
+    assert found == problem if problem is None else found.startswith(problem)
+
+
+def _flv_tag(kind: int, data: bytes) -> bytes:
+    return (bytes([kind]) + len(data).to_bytes(3, 'big') + bytes(7) + data
+            + struct.pack('>I', 11 + len(data)))
+
+
+FLV_HEADER = b'FLV\x01\x05' + struct.pack('>I', 9) + bytes(4)
+FLV = FLV_HEADER + _flv_tag(18, bytes(30)) + _flv_tag(9, bytes(200)) + _flv_tag(8, bytes(50))
+
+
+@pytest.mark.parametrize(('data', 'whole'), [
+    (FLV, True), (FLV_HEADER, True), (FLV[:-1], False), (FLV[:-30], False),
+    # cut where the sound tag begins, the video tag's size its end: no header tells that cut
+    (FLV[:-65], True),
+    (FLV[:-65 - 4], False), (FLV_HEADER[:10], False)])
+def test_a_flash_video_must_end_with_a_whole_tag_and_its_size(tmp_path, data, whole):
+    problem = container_problem(_path(tmp_path, 'clip.flv', data))
+    assert problem is None if whole else problem.startswith('truncated: ')
+
+
+@pytest.mark.parametrize(('lead', 'packet'), [(0, 188), (4, 192)])
+def test_a_transport_stream_must_be_whole_packets(tmp_path, lead, packet):
+    one = bytes(lead) + b'\x47' + bytes(packet - lead - 1)
+    stream = one * 6
+    assert container_problem(_path(tmp_path, 'clip.ts', stream)) is None
+    assert container_problem(_path(tmp_path, 'clip.ts', stream[:-1])) == (
+        f'truncated: its last {packet}-byte MPEG transport packet is not whole (the file has '
+        f'{len(stream) - 1:,} bytes; a copy or download cut short)')
+    damaged = stream[:-packet] + bytes(packet)  # whole packets, the last without its sync byte
+    assert container_problem(_path(tmp_path, 'clip.ts', damaged)).startswith('truncated: ')
+
+
+MPEG2_PACK = b'\x00\x00\x01\xba\x44' + bytes(8) + b'\x02' + bytes(2)  # 2 stuffing bytes
+MPEG1_PACK = b'\x00\x00\x01\xba\x21' + bytes(7)
+
+
+def _pes(code: int, payload: bytes) -> bytes:
+    return b'\x00\x00\x01' + bytes([code]) + len(payload).to_bytes(2, 'big') + payload
+
+
+@pytest.mark.parametrize('pack', [MPEG2_PACK, MPEG1_PACK])
+def test_a_program_stream_s_packets_are_walked_for_a_cut_by_the_decode_check(tmp_path, pack):
+    stream = pack + _pes(0xBB, bytes(12)) + _pes(0xE0, bytes(500)) + pack + _pes(0xC0, bytes(90))
+    assert container_problem(_path(tmp_path, 'clip.mpg', stream), blocks=True) is None
+    ended = stream + b'\x00\x00\x01\xb9' + b'after the end code'
+    assert container_problem(_path(tmp_path, 'clip.mpg', ended), blocks=True) is None
+    cut = _path(tmp_path, 'clip.mpg', stream[:-10])
+    assert container_problem(cut) is None  # no size to tell it without the walk
+    last = len(stream) - 96
+    assert container_problem(cut, blocks=True) == (
+        f'truncated: its MPEG packet at byte {last:,} ends at byte {len(stream):,} but the file '
+        f'has {len(stream) - 10:,} bytes (a copy or download cut short)')
+    cut_pack = _path(tmp_path, 'clip.mpg', stream[:len(stream) - 96 - len(pack) + 5])
+    assert container_problem(cut_pack, blocks=True).startswith(
+        f'truncated: its MPEG pack header at byte {len(stream) - 96 - len(pack):,}')
+
+
+@pytest.mark.parametrize(('name', 'fourcc', 'blocks'), [
+    ('clip.avi', 'MJPG', False), ('clip.avi', 'XVID', False), ('clip.flv', 'FLV1', False),
+    ('clip.ts', 'mp4v', False), ('clip.m2ts', 'mp4v', False), ('clip.mpg', 'mpg2', True)])
+def test_real_clips_cut_short_are_told_where_decord_reads_a_shorter_clip(tmp_path, name, fourcc,
+                                                                       blocks):
+    """Cut at half, each read as a shorter clip without an error, even decoding every frame:
+    an MSVD-style AVI set's download stopped half way was used as its first half."""
+    path = write_clip(tmp_path / name, fourcc, frames=40)
+    assert container_problem(path, blocks) is None
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2 + 7])  # +7: not at a transport packet's boundary
+    assert container_problem(path, blocks).startswith('truncated: ')

@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -235,27 +236,62 @@ def _with_reader(path: str | os.PathLike, num_threads: int, use: Callable[[Any],
     # decoder and its threads alive, to be freed by whoever collects it. A worker forked
     # meanwhile inherits the reader without the threads and aborts when it frees it.
     reader, result, failure = None, None, 'the video has no frames'
-    try:
-        reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=num_threads)
-        if len(reader):
-            result = use(reader)
-    except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
-        reason = _DECORD_LOCATION.sub('', ' '.join(str(err).split())) or repr(err)
-        failure = f'decoding failed ({reason})'
-        if _DECORD_WIDTH_BUG in reason:
-            failure = ('decord 0.6.0 cannot decode frames of this width, though the file may be '
-                       'sound (it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; '
-                       f'{reason}); re-encode it wider, e.g. ffmpeg -i IN -vf scale=64:-2 OUT')
-        elif _DECORD_NO_VIDEO in reason:
-            failure = ('no video stream: FFmpeg opens the file but finds no video in it (an '
-                       'audio-only file, as a download of the sound stream alone gives)')
-        elif reason.startswith(_DECORD_NO_CONTAINER):
-            failure = _no_container(path)
-    finally:
-        del reader
+    with _ffmpeg_name(path) as name:
+        try:
+            reader = decord.VideoReader(name, ctx=decord.cpu(0), num_threads=num_threads)
+            if len(reader):
+                result = use(reader)
+        except (decord.DECORDError, RuntimeError, IndexError, ValueError) as err:
+            failure = _decoding_failure(path, _DECORD_LOCATION.sub('', ' '.join(
+                str(err).split())) or repr(err))
+        finally:
+            del reader
     if result is None:
         raise MediaReadError(path, failure)
     return result
+
+
+def _decoding_failure(path: str | os.PathLike, reason: str) -> str:
+    """What a decord error whose text is ``reason`` says of the file ``path``."""
+    if _DECORD_WIDTH_BUG in reason:
+        return ('decord 0.6.0 cannot decode frames of this width, though the file may be sound '
+                f'(it fails on clips 8, 16, 24, 48 or 72 px wide, dmlc/decord#336; {reason}); '
+                're-encode it wider, e.g. ffmpeg -i IN -vf scale=64:-2 OUT')
+    if _DECORD_NO_VIDEO in reason:
+        return ('no video stream: FFmpeg opens the file but finds no video in it (an audio-only '
+                'file, as a download of the sound stream alone gives)')
+    if reason.startswith(_DECORD_NO_CONTAINER):
+        return _no_container(path)
+    return f'decoding failed ({reason})'
+
+
+@contextlib.contextmanager
+def _ffmpeg_name(path: str | os.PathLike) -> Iterator[str]:
+    """A name under which FFmpeg opens the file ``path`` as a file: absolute, since a relative
+    ``cam1-12:30.mov`` is an URL of the protocol ``cam1-12`` to FFmpeg; and, for a name that is
+    no UTF-8 (a Latin-1 system's ``café.mov``, ``'caf\\udce9.mov'`` to Python), which decord
+    cannot encode, a link to it under a UTF-8 name in a temporary folder, for as long as the
+    context lasts."""
+    name = os.path.abspath(path)
+    try:
+        name.encode('utf-8')
+    except UnicodeEncodeError:
+        with tempfile.TemporaryDirectory(prefix='xmr-video-') as folder:
+            link = os.path.join(folder, 'video' + _utf8_suffix(name))
+            os.symlink(name, link)
+            yield link
+    else:
+        yield name
+
+
+def _utf8_suffix(name: str) -> str:
+    """``name``'s suffix where it is UTF-8, for FFmpeg's probe, which weighs it; else none."""
+    suffix = os.path.splitext(name)[1]
+    try:
+        suffix.encode('utf-8')
+    except UnicodeEncodeError:
+        return ''
+    return suffix
 
 
 def _no_container(path: str | os.PathLike) -> str:
@@ -329,6 +365,16 @@ def _check_video_file(path: str | os.PathLike, blocks: bool = False) -> None:
 
 
 def _decode_every_frame(reader: Any) -> bool:
-    for _ in range(len(reader)):
-        reader.next()
+    """Decode each of the frames ``reader`` counts, in order.
+
+    Raises:
+        RuntimeError: the stream ends before the count (decord's ``next()`` raises
+            ``StopIteration`` there, which would end a caller's loop, or its report, unnamed).
+    """
+    for frame in range(len(reader)):
+        try:
+            reader.next()
+        except StopIteration:
+            raise RuntimeError(f'its stream ends after {frame} of the {len(reader)} frames its '
+                               'header counts') from None
     return True

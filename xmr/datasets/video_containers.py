@@ -9,9 +9,13 @@ into a file of its full size and never finished), whose top-level elements are w
 header per cluster) for a gap. An MP4's index and a Matroska file's track list also
 name the kind of each track (a few box headers more; the first 16 KiB): a file of sound tracks
 alone (a download of a clip's audio stream) has no frame, which decord says only when it is
-read. Other containers are left to the decoder,
-which also tells a file :func:`unlike_its_name` (a web page named ``.mp4``) from a misnamed
-video. No torch, no decord: the data tools may check files before anything heavy is imported.
+read. The other containers FFmpeg reads whole from a cut file, as a shorter clip without an
+error, are checked at their end: an AVI's ``RIFF`` chunks record their sizes, a Flash video ends
+with its last tag's size, an MPEG transport stream is whole packets; an MPEG program stream
+records no size, and its packs are walked (one read per packet) only with ``blocks``. Other
+containers are left to the decoder, which also tells a file :func:`unlike_its_name` (a web page
+named ``.mp4``) from a misnamed video. No torch, no decord: the data tools may check files
+before anything heavy is imported.
 """
 from __future__ import annotations
 
@@ -43,14 +47,15 @@ VIDEO_SUFFIXES = tuple(sorted(_ISO_SUFFIXES | _MATROSKA_SUFFIXES | {
 
 def container_problem(path: str | os.PathLike, blocks: bool = False) -> str | None:
     """Why the video at ``path`` cannot be whole (or read: a Git LFS pointer stands in its
-    place), or ``None`` when its container tells nothing wrong (or is neither MP4/QuickTime nor
-    Matroska/WebM, whose structure is not read here).
+    place), or ``None`` when its container tells nothing wrong (or is none of MP4/QuickTime,
+    Matroska/WebM, AVI, Flash and MPEG streams, whose structure is read here).
 
     Args:
         path: the file.
-        blocks: walk each Matroska cluster's blocks too (a read per frame, about the whole
-            file: for a check that decodes every frame anyway), which finds zeros inside one
-            cluster, after which decord reads no frame.
+        blocks: walk each Matroska cluster's blocks and an MPEG program stream's packets too (a
+            read per frame, about the whole file: for a check that decodes every frame anyway),
+            which finds zeros inside one cluster, after which decord reads no frame, and a
+            program stream cut short.
 
     Raises:
         OSError: if the file cannot be opened (missing, a folder, no permission).
@@ -59,13 +64,22 @@ def container_problem(path: str | os.PathLike, blocks: bool = False) -> str | No
         size = os.fstat(file.fileno()).st_size
         if size == 0:
             return EMPTY_FILE
-        head = file.read(LFS_POINTER_HEAD)
+        head = file.read(max(LFS_POINTER_HEAD, _HEAD_SIZE))
         if is_lfs_pointer(head, size):
             return LFS_POINTER
         if head[:4] == _EBML_MAGIC:
             return _matroska_problem(file, size, blocks)
         if head[4:8] in _ISO_FIRST_BOXES:
             return _iso_problem(file, size)
+        if head[:4] == b'RIFF' and head[8:12] == b'AVI ':
+            return _riff_problem(file, size)
+        if head[:3] == b'FLV':
+            return _flv_problem(file, size)
+        if head[:4] == _MPEG_PACK:
+            return _program_stream_problem(file, size) if blocks else None
+        packets = _transport_packets(head)
+        if packets is not None:
+            return _transport_stream_problem(file, size, *packets)
     return None
 
 
@@ -81,11 +95,12 @@ def unlike_its_name(path: str | os.PathLike) -> bool:
     return not _begins_a_video(head)
 
 
+_MPEG_PACK = b'\x00\x00\x01\xba'
 # The first bytes of the containers of VIDEO_SUFFIXES other than MP4's, Matroska's and AVI's: a
 # Flash video's, an ASF (Windows Media) header object's GUID, an Ogg page's, an MPEG program
 # stream's pack header and an MPEG video sequence header.
 _MAGIC = (b'FLV', b'\x30\x26\xb2\x75\x8e\x66\xcf\x11\xa6\xd9\x00\xaa\x00\x62\xce\x6c',
-          b'OggS', b'\x00\x00\x01\xba', b'\x00\x00\x01\xb3')
+          b'OggS', _MPEG_PACK, b'\x00\x00\x01\xb3')
 # MPEG transport stream packets open with a sync byte: (bytes before it, packet size) of a
 # broadcast stream's packets and of a Blu-ray .m2ts's, whose packets carry a 4-byte time code.
 _MPEG_TS_PACKETS = ((0, 188), (4, 192))
@@ -98,11 +113,18 @@ def _begins_a_video(head: bytes) -> bool:
     """Whether ``head``, a file's first bytes, begins a container of :data:`VIDEO_SUFFIXES`: MP4
     or QuickTime, Matroska or WebM, AVI, Flash, ASF, Ogg, an MPEG program or elementary stream,
     or an MPEG transport stream (a sync byte opening each of its first two packets)."""
-    transport = any(len(head) > lead + size and head[lead] == head[lead + size] == _MPEG_TS_SYNC
-                    for lead, size in _MPEG_TS_PACKETS)
     return (head[:4] == _EBML_MAGIC or head[4:8] in _ISO_FIRST_BOXES
             or (head[:4] == b'RIFF' and head[8:12] == b'AVI ') or head.startswith(_MAGIC)
-            or transport)
+            or _transport_packets(head) is not None)
+
+
+def _transport_packets(head: bytes) -> tuple[int, int] | None:
+    """``(bytes before each packet's sync byte, packet size)`` of the MPEG transport stream
+    whose first bytes are ``head`` (a sync byte opening each of its first two packets), or
+    ``None`` for no transport stream."""
+    return next(((lead, size) for lead, size in _MPEG_TS_PACKETS
+                 if len(head) > lead + size and head[lead] == head[lead + size] == _MPEG_TS_SYNC),
+                None)
 
 
 def _truncated(what: str, end: int, size: int) -> str:
@@ -309,3 +331,102 @@ def _matroska_sound_alone(data: bytes, segment: int) -> bool:
                      if kind == _MATROSKA_TRACK_ENTRY]
             return bool(types) and all(kind == _MATROSKA_AUDIO for kind in types)
     return False
+
+
+# A RIFF chunk size a writer left as its placeholder (FFmpeg's -1; 0 from others): a recording
+# never finished, whose real size no header tells.
+_RIFF_PLACEHOLDERS = (0, 0xFFFFFFFF)
+
+
+def _riff_problem(file: BinaryIO, size: int) -> str | None:
+    """Each ``RIFF`` chunk of an AVI file (``'RIFF'``, its size as a little-endian uint32, the
+    bytes after this 8-byte header; then ``'AVI '`` or, in an OpenDML file over 1 GiB, further
+    ``'AVIX'`` chunks) must end inside the file. Bytes after the chunks that are no ``RIFF``
+    chunk, and a chunk whose size is a placeholder (:data:`_RIFF_PLACEHOLDERS`), are left to
+    the decoder."""
+    offset = 0
+    while size - offset >= 8:
+        file.seek(offset)
+        header = file.read(8)
+        if header[:4] != b'RIFF':
+            break
+        chunk = struct.unpack('<I', header[4:])[0]
+        if chunk in _RIFF_PLACEHOLDERS:
+            break
+        if offset + 8 + chunk > size:
+            return _truncated("AVI 'RIFF' chunk", offset + 8 + chunk, size)
+        offset += 8 + chunk + (chunk & 1)  # a chunk of odd size is padded to an even one
+    return None
+
+
+# FLV tag types (Adobe FLV 10.1, E.4.1): sound, video, script data.
+_FLV_TAG_TYPES = frozenset({8, 9, 18})
+_FLV_TAG_HEADER = 11
+
+
+def _flv_problem(file: BinaryIO, size: int) -> str | None:
+    """A Flash video (its header, whose size a uint32 at byte 5 gives, then tags of an 11-byte
+    header and ``DataSize`` bytes, each followed by its whole size as a uint32) must end with
+    the size of a whole tag that ends where that size begins; a file of the header alone (no
+    tag) is left to the decoder."""
+    file.seek(5)
+    header_size = struct.unpack('>I', file.read(4))[0]
+    first_tag = header_size + 4  # after the header's own 'previous tag size' of 0
+    if size <= first_tag:
+        return None if size == first_tag else _truncated('FLV header', first_tag, size)
+    file.seek(size - 4)
+    last = struct.unpack('>I', file.read(4))[0]
+    start = size - 4 - last
+    if last >= _FLV_TAG_HEADER and start >= first_tag:
+        file.seek(start)
+        tag = file.read(_FLV_TAG_HEADER)
+        if tag[0] & 0x1F in _FLV_TAG_TYPES and int.from_bytes(tag[1:4], 'big') == last - 11:
+            return None
+    return ('truncated: the file does not end with a whole FLV tag and its size (a copy or '
+            'download cut short)')
+
+
+def _transport_stream_problem(file: BinaryIO, size: int, lead: int, packet: int) -> str | None:
+    """An MPEG transport stream of ``packet``-byte packets, each with its sync byte after
+    ``lead`` bytes (:func:`_transport_packets`), must be whole packets, the last opening with
+    its sync byte."""
+    file.seek(max(size - packet, 0) + lead)
+    if size % packet == 0 and file.read(1) == bytes([_MPEG_TS_SYNC]):
+        return None
+    return (f'truncated: its last {packet}-byte MPEG transport packet is not whole (the file '
+            f'has {size:,} bytes; a copy or download cut short)')
+
+
+# MPEG program stream start codes (ISO/IEC 13818-1, 2.5.3): the end code; a pack header; from
+# the system header on, each a packet with a uint16 length after its start code.
+_MPEG_END_CODE = 0xB9
+_MPEG_PACK_CODE = 0xBA
+_MPEG_FIRST_PACKET_CODE = 0xBB
+
+
+def _program_stream_problem(file: BinaryIO, size: int) -> str | None:
+    """Walk an MPEG program stream's packs from its start, one read per pack header or packet
+    (an MPEG-2 pack header is 14 bytes and its stuffing, an MPEG-1 one 12): the last must end
+    inside the file. The stream stops at its end code; bytes that begin no pack or packet
+    (damage, padding) are left to the decoder."""
+    offset = 0
+    while offset < size:
+        file.seek(offset)
+        header = file.read(14)
+        if len(header) < 4 or header[:3] != b'\x00\x00\x01':
+            break
+        code = header[3]
+        if code == _MPEG_END_CODE:
+            break
+        if code == _MPEG_PACK_CODE:
+            mpeg2 = len(header) > 4 and header[4] >> 6 == 1
+            length = 14 + (header[13] & 7 if len(header) == 14 else 0) if mpeg2 else 12
+        elif code >= _MPEG_FIRST_PACKET_CODE:
+            length = 6 + (int.from_bytes(header[4:6], 'big') if len(header) >= 6 else 0)
+        else:
+            break
+        if offset + length > size:
+            return _truncated(f'MPEG {"pack header" if code == _MPEG_PACK_CODE else "packet"}'
+                              f' at byte {offset:,}', offset + length, size)
+        offset += length
+    return None
