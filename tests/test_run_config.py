@@ -326,6 +326,31 @@ def test_auto_scale_lr_is_refused_under_the_phased_loop_that_would_overwrite_it(
     load_run_config(DEMO, cfg_options={**scaled, 'auto_scale_lr.enable': False})
 
 
+def test_a_param_scheduler_is_refused_under_the_phased_loop_when_the_config_loads(tmp_path):
+    """The loop refused it as it started, after the runner had made the work dir (a log
+    folder, the config dump); MMEngine's own merge error advises _delete_=True, which led
+    there."""
+    leaf = tmp_path / 'scheduled.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\nparam_scheduler = dict(_delete_=True, "
+                    "type='CosineAnnealingLR', T_max=10)\n")
+    with pytest.raises(ValueError, match=r"^param_scheduler=\{'type': 'CosineAnnealingLR', "
+                                         r"'T_max': 10\}: PhasedTrainLoop sets .* give "
+                                         r'param_scheduler = None'):
+        load_run_config(str(leaf), work_dir=str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
+
+
+def test_a_misspelt_optimiser_constructor_is_refused_when_the_config_loads():
+    """MMEngine looked it up as the runner built the optimiser, after making the work dir;
+    every other registry's typo was refused as the config loaded."""
+    with pytest.raises(UserKeyError, match=(
+            r"^optim_wrapper\.constructor: 'PhasedOptimWrapperConstructr' is not a registered "
+            r"type in the xmr 'optimizer wrapper constructor' registry\. Closest registered "
+            r'names: PhasedOptimWrapperConstructor')):
+        load_run_config(DEMO, cfg_options={
+            'optim_wrapper.constructor': 'PhasedOptimWrapperConstructr'})
+
+
 def test_a_seed_that_is_no_integer_is_refused_when_the_config_loads():
     with pytest.raises(ValueError, match=r"randomness.seed='abc' must be an integer from 0 to "
                        r'2\*\*32 - 1 \(or None'):

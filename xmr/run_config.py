@@ -34,6 +34,7 @@ from xmr.packaged import CONFIG_SCHEME, config_path
 from xmr.utils.cli import (
     GatherAction,
     UserError,
+    UserKeyError,
     did_you_mean,
     given_file,
     import_user_module,
@@ -305,6 +306,7 @@ def check_run_values(cfg: Config) -> None:
     check_part_options(MODELS, cfg.get('model'), 'model')
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
     OPTIM_WRAPPERS.check_options(_wrapper_options(cfg.get('optim_wrapper')))
+    _check_optim_constructor(cfg.get('optim_wrapper'))
     _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))
     for where, loader in _dataloaders(cfg).items():
         _check_loader_options(where, loader)
@@ -359,13 +361,13 @@ def _check_seed(seed: Any) -> None:
 
 def _check_phased_loop(cfg: Config) -> None:
     """The phases of a ``PhasedTrainLoop`` config, each phase's dataloader key, and no
-    ``auto_scale_lr`` beside them.
+    ``param_scheduler`` or ``auto_scale_lr`` beside them.
 
     Raises:
         KeyError: a phase's missing or unknown keys.
         ValueError: naming the phase, the key and its value.
     """
-    from xmr.engine.loops import resolve_dataloader_key
+    from xmr.engine.loops import refuse_param_scheduler, resolve_dataloader_key
     from xmr.engine.phases import Phase, check_phase_names
 
     phases = [Phase.from_config(index, phase)
@@ -377,6 +379,7 @@ def _check_phased_loop(cfg: Config) -> None:
     for phase in phases:
         if isinstance(phase.dataloader, str):
             resolve_dataloader_key(cfg, phase.dataloader, phase.name)
+    refuse_param_scheduler(cfg.get('param_scheduler'))
     if (cfg.get('auto_scale_lr') or {}).get('enable'):
         # MMEngine scales the optimiser's groups, and logs it; the loop then sets each
         # group's lr from its phase every iteration, unscaled.
@@ -406,6 +409,21 @@ def _check_runner_flags(cfg: Config) -> None:
         if value is not None and not isinstance(value, bool):
             raise ValueError(f'{key}={value!r} must be True or False (a word such as no or off '
                              f'is text, which reads as true): --cfg-options {key}=False')
+
+
+def _check_optim_constructor(optim_wrapper: Any) -> None:
+    """Refuse an ``optim_wrapper.constructor`` name no registry holds: MMEngine looks it up as
+    the runner builds the optimiser, after the work dir is made.
+
+    Raises:
+        UserKeyError: naming the key and the registered names nearest to it.
+    """
+    from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS
+
+    name = optim_wrapper.get('constructor') if isinstance(optim_wrapper, Mapping) else None
+    if isinstance(name, str) and name not in OPTIM_WRAPPER_CONSTRUCTORS:
+        raise UserKeyError('optim_wrapper.constructor: '
+                           + OPTIM_WRAPPER_CONSTRUCTORS._unknown_type_message(name))
 
 
 def _wrapper_options(optim_wrapper: Any) -> Any:

@@ -82,7 +82,7 @@ def resolve_dataloader_key(cfg: Mapping[str, Any], key: str, phase_name: str) ->
     return loader
 
 
-def _refuse_param_scheduler(param_scheduler: Any) -> None:
+def refuse_param_scheduler(param_scheduler: Any) -> None:
     """Refuse an MMEngine ``param_scheduler``: the loop sets every group's learning rate from
     its phase before each iteration, so a scheduler's values would be overwritten unseen.
 
@@ -457,7 +457,7 @@ class PhasedTrainLoop(BaseLoop):
         if not phases:
             raise ValueError('PhasedTrainLoop needs at least one phase')
         _check_validation_options(val_interval, validate_at_phase_end)
-        _refuse_param_scheduler(getattr(runner, 'param_schedulers', None))
+        refuse_param_scheduler(getattr(runner, 'param_schedulers', None))
         configured = [_configured_phase(runner, index, cfg, dataloader)
                       for index, cfg in enumerate(phases)]
         self.phases = [phase for phase, _ in configured]
