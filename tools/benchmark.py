@@ -94,6 +94,7 @@ from xmr.utils.cli import (
     UserError,
     given_device,
     given_file,
+    given_folder,
     given_json_output,
     given_output,
     int_at_least,
@@ -208,6 +209,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             check_profile_path(args)
         if args.tokenizer_file is not None:
             check_tokenizer_file(args.tokenizer_file, args.arch)
+        if args.work_dir is not None:
+            given_folder(args.work_dir, '--work-dir', 'give a folder (made if absent) for the '
+                         'tokenizer model and the feature caches')
     except UserError as error:
         parser.error(str(error))
     if args.overwrite and args.out is None:

@@ -147,25 +147,40 @@ def config_captions(cfg, args: argparse.Namespace) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- features
-def check_model(model, lang: str, feature: str) -> None:
-    """Refuse a model that cannot give ``feature`` for captions in ``lang``.
+def language_disentangler(model, lang: str):
+    """The :class:`SemanticsDisentangler` that reads ``model``'s captions in ``lang``: its own
+    with ``per_language=True`` (each paper config's), else the one all languages share.
 
     Raises:
-        ValueError: the model has no semantics disentangling module, it does not compute the
-            asked feature (an ablated stream), or ``lang`` is not one of its target languages.
+        ValueError: ``lang`` is not one of the model's target languages, the model has no
+            semantics disentangling module, or it does not compute the asked feature (an
+            ablated stream).
     """
-    from xmr.models.disentanglers import SemanticsDisentangler
+    from xmr.models.disentanglers import PerLanguageDisentangler, SemanticsDisentangler
 
-    disentangler = getattr(model, 'disentangler', None)
-    if not isinstance(disentangler, SemanticsDisentangler):
-        raise ValueError(f'the model has no SemanticsDisentangler (got '
-                         f'{type(disentangler).__name__}); f^sa / f^sr exist only in DASD models')
-    if feature not in disentangler.features:
-        raise ValueError(f"this model's disentangler computes only {list(disentangler.features)},"
-                         f" not '{feature}'")
     if lang not in model.languages:
         raise ValueError(f"'{lang}' is not a target language of the model "
                          f'({model.languages}); f^sa / f^sr are computed on target captions')
+    disentangler = getattr(model, 'disentangler', None)
+    if isinstance(disentangler, PerLanguageDisentangler):
+        disentangler = disentangler.per_language[lang]
+    if not isinstance(disentangler, SemanticsDisentangler):
+        raise ValueError(f'the model has no SemanticsDisentangler (got '
+                         f'{type(disentangler).__name__}); f^sa / f^sr exist only in DASD models')
+    return disentangler
+
+
+def check_model(model, lang: str, feature: str) -> None:
+    """Refuse a model that cannot give ``feature`` for captions in ``lang``
+    (:func:`language_disentangler`, whose errors it raises, and:)
+
+    Raises:
+        ValueError: the disentangler does not compute ``feature`` (an ablated stream).
+    """
+    disentangler = language_disentangler(model, lang)
+    if feature not in disentangler.features:
+        raise ValueError(f"this model's disentangler computes only {list(disentangler.features)},"
+                         f" not '{feature}'")
 
 
 def extract_features(model, captions: Sequence[str], lang: str, feature: str,
@@ -174,7 +189,7 @@ def extract_features(model, captions: Sequence[str], lang: str, feature: str,
     import torch  # here, not at the top, so that --help answers without loading it
 
     check_model(model, lang, feature)
-    disentangler = model.disentangler
+    disentangler = language_disentangler(model, lang)
     device = next(model.parameters()).device
     chunks = []
     for start in range(0, len(captions), batch_size):

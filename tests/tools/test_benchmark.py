@@ -432,6 +432,8 @@ def test_compiled_rows_are_dasd_rows_of_each_mode():
     (['--threads', '0'], "--threads: '0' is no whole number >= 1"),
     (['--tokenizer-file', 'no/tokenizer.json', '--arch', 'ViT-B-16-SigLIP2-256'],
      'no/tokenizer.json (--tokenizer-file): no such file'),
+    # os.makedirs said 'README.md: File exists', naming no option
+    (['--work-dir', 'README.md'], 'README.md (--work-dir): is a file, not a folder'),
 ])
 def test_options_that_would_fail_every_row_or_add_none_are_refused(monkeypatch, capsys, argv,
                                                                    message):

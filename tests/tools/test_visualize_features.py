@@ -42,12 +42,15 @@ def run(tmp_path: Path, config: Path, *extra: str) -> dict[str, Path]:
                          '--out-dir', str(tmp_path / 'out'), *extra])
 
 
-@pytest.mark.parametrize('feature', ['sa', 'sr'])
-def test_clusters_partition_the_captions_as_k_means_on_the_feature(tmp_path, feature):
+@pytest.mark.parametrize('feature, per_language', [('sa', False), ('sr', False), ('sa', True)])
+def test_clusters_partition_the_captions_as_k_means_on_the_feature(tmp_path, feature,
+                                                                   per_language):
+    """With per_language=True (every DASD paper config) the language's own module reads its
+    captions: the tool refused such models as having no SemanticsDisentangler."""
     captions_file = tmp_path / 'captions.txt'
     captions_file.write_text('\n'.join(CAPTIONS) + '\n\n')
-    written = run(tmp_path, write_config(tmp_path), '--captions', str(captions_file),
-                  '--feature', feature)
+    config = write_config(tmp_path, disentangler=dict(DISENTANGLER, per_language=per_language))
+    written = run(tmp_path, config, '--captions', str(captions_file), '--feature', feature)
     assert written['png'].read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     report = written['text'].read_text(encoding='utf-8').split('\n\n')[1:]
     listed = [block.split('\n') for block in report if block.startswith('cluster')]
@@ -57,10 +60,11 @@ def test_clusters_partition_the_captions_as_k_means_on_the_feature(tmp_path, fea
 
     # An independent reading: the model's f^sa or f^sr, k-means with the tool's seed.
     torch.manual_seed(0)
-    model = init_retriever(write_config(tmp_path))
+    model = init_retriever(config)
     tokens = model.language_branch.tokenize(CAPTIONS)
-    read = dict(sa=model.disentangler.semantic_agnostic,
-                sr=model.disentangler.semantic_related)[feature]
+    disentangler = (model.disentangler.per_language['de'] if per_language
+                    else model.disentangler)
+    read = dict(sa=disentangler.semantic_agnostic, sr=disentangler.semantic_related)[feature]
     with torch.no_grad():
         features = read(model.language_branch.embed(tokens), tokens)
     kmeans = KMeans(n_clusters=3, n_init=10, random_state=0).fit(features.numpy())
