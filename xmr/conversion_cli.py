@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from xmr.run_config import ConfigOptionsAction, config_file
-from xmr.utils.cli import UserError
+from xmr.utils.cli import UserError, as_typed
 
 #: The releases converted, by the name their tool gives.
 METHODS = {'mla': 'MLA (AIM3-RUC/MLA)', 'dasd': 'DASD (HuiGuanLab/DASD)'}
@@ -40,7 +40,7 @@ def main(method: str, argv: list[str] | None = None) -> None:
     try:
         config = config_file(args.config)
     except UserError as error:
-        parser.exit(2, f'error: {error}\n')
+        parser.exit(2, f'error: {as_typed(str(error))}\n')
     from xmr.models.conversion.authors import ConversionError, convert_authors_checkpoint
     from xmr.models.conversion.dasd import map_dasd
     from xmr.models.conversion.mla import map_mla
@@ -52,7 +52,7 @@ def main(method: str, argv: list[str] | None = None) -> None:
                                             mapping, args.cfg_options,
                                             args.clip_checkpoint, args.overwrite)
     except (ConversionError, FileNotFoundError) as error:
-        parser.exit(2, f'error: {error}\n')
+        parser.exit(2, f'error: {as_typed(str(error))}\n')
     print(f'{args.out}: {len(report.used)} keys used; {len(report.unused)} unused: '
           f'{first_few(report.unused) or "none"}; 0 missing; {len(report.kept)} kept from the '
           f'config: {first_few(report.kept) or "none"}')

@@ -230,6 +230,20 @@ def test_a_file_of_the_other_method_is_refused_naming_the_right_tool(tmp_path, c
     assert not (tmp_path / 'o.pth').exists()
 
 
+def test_run_as_the_xmr_command_the_right_tool_is_named_as_an_xmr_command(tmp_path, capsys,
+                                                                           monkeypatch):
+    """An installed package has no tools/ folder: 'use tools/convert/mla_to_xmr.py' named a
+    script the user cannot run."""
+    from xmr.utils import cli
+
+    monkeypatch.setattr(cli, 'command_name', 'xmr convert dasd_to_xmr')
+    torch.save(authors_state_dict('mla'), tmp_path / 'mla.bin')
+    config = write_config(tmp_path / 'dasd.py', 'dasd')
+    err = refused(capsys, 'dasd', tmp_path / 'mla.bin', config, '--out', tmp_path / 'o.pth')
+    assert 'an MLA checkpoint' in err and 'use xmr convert mla_to_xmr' in err
+    assert 'tools/convert' not in err
+
+
 def test_missing_language_truncated_file_and_other_architecture_are_refused(tmp_path, capsys):
     out = tmp_path / 'o.pth'
     config = write_config(tmp_path / 'dasd.py', 'dasd')
