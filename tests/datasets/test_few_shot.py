@@ -56,8 +56,9 @@ def test_command_line_writes_both_protocols(tmp_path, capsys):
         tmp_path / 'out' / 'multi30k_train_4shot_seed42.json').items] == ['2', '6', '1', '8']
     main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2',
           '--out-dir', str(tmp_path / 'out')])
-    sizes = [len(load_annotation(tmp_path / 'out' / f'multi30k_fewshot2_seed42_{part}.json').items)
-             for part in ('train', 'val', 'test')]
+    sizes = [len(load_annotation(
+        tmp_path / 'out' / f'multi30k_train_fewshot2_seed42_{part}.json').items)
+        for part in ('train', 'val', 'test')]
     assert sizes == [2, 2, 6]
     with pytest.raises(SystemExit, match='few-shot size 5 must be positive and leave test'):
         main([str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '5',
@@ -70,7 +71,9 @@ def test_split_deals_train_val_and_test_from_one_permutation_without_overlap():
     ids = {part: [r.media_id for r in ann.items] for part, ann in parts.items()}
     assert ids == {'train': ['2', '6'], 'val': ['1', '8'], 'test': ['4', '5', '0', '9', '3', '7']}
     assert [ann.split for ann in parts.values()] == [
-        'fewshot2_seed42_train', 'fewshot2_seed42_val', 'fewshot2_seed42_test']
+        'train_fewshot2_seed42_train', 'train_fewshot2_seed42_val', 'train_fewshot2_seed42_test']
+    # XTD10's evaluation set, the protocol's own source, keeps the names its configs read.
+    assert few_shot_splits(replace(_train(), split='test'), 2)['val'].split == 'fewshot2_seed42_val'
 
 
 def test_subsample_may_keep_every_item_but_a_split_must_leave_test_items():
@@ -113,18 +116,33 @@ def test_out_dir_replaces_an_earlier_split_of_the_dataset_alone(tmp_path):
     dump_annotation(_train(), tmp_path / 'train.json')
     run = [str(tmp_path / 'train.json'), '--protocol', 'split', '--shots', '2', '--out-dir',
            str(tmp_path)]
-    result = tmp_path / 'multi30k_fewshot2_seed42_val.json'
+    result = tmp_path / 'multi30k_train_fewshot2_seed42_val.json'
     result.write_text('{"metrics": {"mAR": 50.0}}')
     with pytest.raises(SystemExit, match=re.escape(
             f'error: {result} (--out-dir): exists and is no multi30k annotation a converter '
             'wrote; it is kept')):
         main(run)
     assert result.read_text() == '{"metrics": {"mAR": 50.0}}'
-    assert not (tmp_path / 'multi30k_fewshot2_seed42_train.json').exists()
+    assert not (tmp_path / 'multi30k_train_fewshot2_seed42_train.json').exists()
     result.unlink()
     main(run)
     main(run)  # its own earlier output: replaced
     assert len(load_annotation(result).items) == 2
+
+
+def test_draws_from_other_splits_are_named_apart_and_kept_apart(tmp_path, capsys):
+    """A draw of Multi30K's test_5captions wrote multi30k_fewshot2_seed42_test.json over the
+    draw of its test split, in place, without a word (a run replaces its own dataset's
+    outputs); a cut of a few-shot part took the whole set's names."""
+    for split in ('test', 'test_5captions', 'fewshot2_seed42_test'):
+        dump_annotation(replace(_train(), split=split), tmp_path / f'{split}.json')
+        main([str(tmp_path / f'{split}.json'), '--protocol', 'split', '--shots', '2',
+              '--out-dir', str(tmp_path / 'out')])
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == sorted(
+        f'multi30k_{source}fewshot2_seed42_{part}.json'
+        for source in ('', 'test_5captions_', 'fewshot2_seed42_test_')
+        for part in ('train', 'val', 'test'))
+    assert is_few_shot_split('test_5captions_fewshot2_seed42_val')
 
 
 def test_draws_that_differ_only_in_seed_are_named_apart_and_kept_apart(tmp_path):
@@ -140,16 +158,16 @@ def test_draws_that_differ_only_in_seed_are_named_apart_and_kept_apart(tmp_path)
         main([str(tmp_path / 'train.json'), '--protocol', 'subsample', '--shots', '2',
               '--seed', seed, '--out-dir', str(tmp_path / 'out')])
     assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == sorted(
-        [f'multi30k_fewshot2_seed{seed}_{part}.json' for seed in (42, 7)
+        [f'multi30k_train_fewshot2_seed{seed}_{part}.json' for seed in (42, 7)
          for part in ('train', 'val', 'test')]
         + ['multi30k_train_2shot_seed42.json', 'multi30k_train_2shot_seed7.json'])
     # seeded_permutation(10, 7) is another order than seed 42's [2, 6, 1, 8, ...].
     assert seeded_permutation(10, 7)[:2] != [2, 6]
     metainfo = {seed: RetrievalDataset(
-        ann_file=str(tmp_path / 'out' / f'multi30k_fewshot2_seed{seed}_val.json'),
+        ann_file=str(tmp_path / 'out' / f'multi30k_train_fewshot2_seed{seed}_val.json'),
         with_media=False, test_mode=True).metainfo for seed in (42, 7)}
     # What a feature cache's key holds of the dataset (every field but the path).
-    assert [metainfo[seed]['split'] for seed in (42, 7)] == ['fewshot2_seed42_val',
-                                                             'fewshot2_seed7_val']
+    assert [metainfo[seed]['split'] for seed in (42, 7)] == ['train_fewshot2_seed42_val',
+                                                             'train_fewshot2_seed7_val']
     # The number of shots is in the name too.
     assert subsample(_train(), 3, seed=7).split != subsample(_train(), 2, seed=7).split

@@ -5,12 +5,14 @@ Both draw one permutation with ``torch.randperm(count, generator=Generator().man
 
 * **split** (XTD10): one evaluation set becomes train = ``perm[:n]``, val = ``perm[n:2n]``,
   test = ``perm[2n:]`` (900 test images at ``n = 50``; the XTD10 converter writes them with
-  ``--few-shot``), splits ``fewshot<n>_seed<seed>_{train,val,test}``;
+  ``--few-shot``), splits ``fewshot<n>_seed<seed>_{train,val,test}`` of a ``test`` split (XTD10's
+  evaluation set), ``<split>_fewshot<n>_seed<seed>_{train,val,test}`` of another;
 * **subsample** (Multi30K): a training split keeps ``perm[:n]`` (split
   ``<split>_<n>shot_seed<seed>``); its official val and test splits stay whole.
 
-The split names carry everything that decides the draw, ``n`` and the seed: what is keyed on a
-split (output file names, feature caches, evaluation rows) keeps two draws apart.
+The split names carry everything that decides the draw, the split drawn from, ``n`` and the seed:
+what is keyed on a split (output file names, feature caches, evaluation rows) keeps two draws
+apart.
 Records keep every caption, translation and back-translation; items stay in permutation order,
 as the authors index them.
 """
@@ -34,7 +36,7 @@ PROTOCOLS = ('split', 'subsample')
 FEW_SHOT_PARTS = ('train', 'val', 'test')
 #: The split names :func:`few_shot_splits` and :func:`subsample` write, and those they wrote
 #: before the names carried the seed (still subsets).
-_FEW_SHOT_SPLIT = re.compile(r'^fewshot\d+(_seed\d+)?_(train|val|test)$|_\d+shot(_seed\d+)?$')
+_FEW_SHOT_SPLIT = re.compile(r'(^|_)fewshot\d+(_seed\d+)?_(train|val|test)$|_\d+shot(_seed\d+)?$')
 
 
 def is_few_shot_split(split: str) -> bool:
@@ -50,10 +52,13 @@ def seeded_permutation(count: int, seed: int = 42) -> list[int]:
     return torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def few_shot_split_name(shots: int, part: str, seed: int = 42) -> str:
+def few_shot_split_name(shots: int, part: str, seed: int = 42, source: str = 'test') -> str:
     """The split of a part (:data:`FEW_SHOT_PARTS`) of :func:`few_shot_splits` drawn with
-    ``seed``, e.g. ``fewshot50_seed42_test``."""
-    return f'fewshot{shots}_seed{seed}_{part}'
+    ``seed`` from the split ``source``: ``fewshot50_seed42_test`` of XTD10's ``test``,
+    ``val_fewshot50_seed42_test`` of a ``val`` split (whose draw would else take the name, and
+    the files, of the test split's)."""
+    name = f'fewshot{shots}_seed{seed}_{part}'
+    return name if source == 'test' else f'{source}_{name}'
 
 
 def subsample_split_name(split: str, shots: int, seed: int = 42) -> str:
@@ -73,7 +78,7 @@ def few_shot_splits(ann: Annotation, shots: int, seed: int = 42) -> dict[str, An
                               f'out of {count}')
     order = seeded_permutation(count, seed)
     parts = dict(zip(FEW_SHOT_PARTS, (order[:shots], order[shots:2 * shots], order[2 * shots:])))
-    return {part: replace(ann, split=few_shot_split_name(shots, part, seed),
+    return {part: replace(ann, split=few_shot_split_name(shots, part, seed, ann.split),
                           items=[ann.items[i] for i in indices])
             for part, indices in parts.items()}
 
