@@ -183,6 +183,20 @@ def test_an_option_the_type_does_not_take_is_named_with_the_ones_it_does():
         ADAPTERS.build(dict(type='StaticAdapter', hiden=8), default_args=dict(placement=None))
 
 
+def test_a_whole_config_must_give_every_option_without_a_default():
+    """A part built from its config alone (a dataset, a metric, a hook) must give them; a part
+    its builder completes (a sampler gets its dataset) is left to that builder."""
+    from xmr.registry import DATA_SAMPLERS, DATASETS
+
+    cfg = dict(type='RetrievalDataset', test_mode=True)
+    with pytest.raises(ValueError, match=(
+            "^train_dataloader.dataset: dataset RetrievalDataset: option 'ann_file' has no "
+            'default: give it; it takes ann_file, ')):
+        DATASETS.check_options(cfg, 'train_dataloader.dataset', whole=True)
+    DATASETS.check_options(cfg)
+    DATA_SAMPLERS.check_options(dict(type='DefaultSampler', shuffle=True))
+
+
 def test_a_type_that_takes_any_option_gets_them_all():
     @ADAPTERS.register_module()
     class OptionsAdapter(BaseAdapter):

@@ -265,6 +265,21 @@ def test_a_misspelt_option_of_a_hook_or_loop_is_refused_when_the_config_loads(op
                                        'default_hooks.checkpoint.save_optimizer': False})
 
 
+def test_a_hook_without_an_option_it_must_have_is_refused_when_the_config_loads(tmp_path):
+    """EarlyStoppingHook without its monitor failed as the runner built it, after making the
+    work dir, with Python's 'missing 1 required positional argument' and no key."""
+    leaf = tmp_path / 'stopped.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = [*_base_.custom_hooks, "
+                    "dict(type='EarlyStoppingHook')]\n")
+    with pytest.raises(ValueError, match=(
+            "^hook EarlyStoppingHook: option 'monitor' has no default: give it; it takes "
+            'monitor, rule, ')):
+        load_run_config(str(leaf))
+    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = [*_base_.custom_hooks, "
+                    "dict(type='EarlyStoppingHook', monitor='mAR')]\n")
+    load_run_config(str(leaf))
+
+
 @pytest.mark.parametrize('option', ['filename', 'meta', 'by_epoch_'])
 def test_an_option_checkpoint_hook_passes_on_to_the_save_is_refused_when_the_config_loads(
         option):

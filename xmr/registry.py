@@ -86,12 +86,13 @@ class XMRRegistry(Registry):
         return super().build(cfg, *args, **kwargs)
 
     def check_options(self, cfg: Any, where: str | None = None,
-                      filled: Collection[str] = ()) -> None:
+                      filled: Collection[str] = (), whole: bool = False) -> None:
         """Refuse an option of ``cfg`` its type's constructor does not take (without ``**``,
         or a ``**`` whose keys go on to the callables of its ``forwards_options_to``; the
         names of its ``builder_options`` are taken too), one its builder gives (``filled``: the
-        config's would replace what the builder computes), and a value of another kind than the
-        option's default (:func:`_kind_wanted`).
+        config's would replace what the builder computes), a value of another kind than the
+        option's default (:func:`_kind_wanted`), and with ``whole`` an argument without a
+        default that ``cfg`` leaves out.
 
         Args:
             cfg: a config dict with a ``type``; anything else is left alone.
@@ -101,11 +102,15 @@ class XMRRegistry(Registry):
             filled: arguments of the type that its builder fills in, which the config may not
                 give (an option dict's; a part's ``given_by_builder``, an adapter's
                 ``placement``: :func:`check_part_options`). A type built alone takes them.
+            whole: ``cfg`` is all its type is built from (a hook, a metric, a dataset: no
+                builder adds an argument), so it must give each argument without a default;
+                the build refused one left out only after the runner had made its work dir.
 
         Raises:
             UnknownOptionError: naming the type, the option, the nearest option and the ones the
                 type takes.
-            ValueError: naming the type, the option, its value and its default.
+            ValueError: naming the type, the option, its value and its default; or, with
+                ``whole``, the option it must give.
         """
         if not isinstance(cfg, Mapping) or '_scope_' in cfg:
             return
@@ -154,6 +159,13 @@ class XMRRegistry(Registry):
                 raise ValueError(f'{kind}: option {option}={value!r} must be {wanted} ' + (
                     '(it has no default)' if default is inspect.Parameter.empty
                     else f'(its default is {default!r})'))
+        missing = [name for name, p in signatures[0].items() if whole and name in takes
+                   and p.default is inspect.Parameter.empty and name not in cfg]
+        if missing:
+            kind = (f'{where}: ' if where else '') + \
+                f"{self.name} {getattr(built, '__name__', built)}"
+            raise ValueError(f"{kind}: option '{missing[0]}' has no default: give it; it takes "
+                             f"{', '.join(takes)}")
 
     def _register_module(self, module: type, module_name: str | list[str] | None = None,
                          force: bool = False) -> None:

@@ -311,13 +311,13 @@ def check_run_values(cfg: Config) -> None:
     for where, loader in _dataloaders(cfg).items():
         _check_loader_options(where, loader)
         _check_loader_counts(where, loader)
-        DATASETS.check_options(loader.get('dataset'))
+        DATASETS.check_options(loader.get('dataset'), whole=True)
         for sampler in ('sampler', 'batch_sampler'):
             DATA_SAMPLERS.check_options(loader.get(sampler))
     for metric in _metrics(cfg):
-        METRICS.check_options(metric)
+        METRICS.check_options(metric, whole=True)
     for where, hook in _hooks(cfg).items():
-        HOOKS.check_options(hook)
+        HOOKS.check_options(hook, whole=True)
         _check_mmengine_hook_values(where, hook, cfg.get('train_cfg'))
     for loop in ('train_cfg', 'val_cfg', 'test_cfg'):
         LOOPS.check_options(cfg.get(loop))
