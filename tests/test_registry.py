@@ -197,6 +197,33 @@ def test_a_whole_config_must_give_every_option_without_a_default():
     DATA_SAMPLERS.check_options(dict(type='DefaultSampler', shuffle=True))
 
 
+def test_a_string_for_a_config_dict_and_a_list_for_a_number_are_refused_by_the_annotation():
+    """consistency_loss='l3' failed as MMEngine built it ('cfg should be a dict ... but got
+    str'), temperature=[0.01] as the loss compared it with 0: both after the work dir was
+    made, as Python's errors."""
+    from xmr.registry import DISENTANGLERS
+
+    with pytest.raises(ValueError, match=(
+            r"^disentangler SemanticsDisentangler: option consistency_loss='l3' must be a dict "
+            r"\(dict\(type='\.\.\.', \.\.\.\)\) \(its default is None\)")):
+        DISENTANGLERS.check_options(dict(type='SemanticsDisentangler', consistency_loss='l3'))
+    with pytest.raises(ValueError, match=(r'^model InfoNCELoss: option temperature=\[0\.01\] '
+                                          r'must be a number \(its default is 0\.01\)')):
+        MODELS.check_options(dict(type='InfoNCELoss', temperature=[0.01]))
+
+    @MODELS.register_module()
+    class KindsTaken(torch.nn.Module):
+        def __init__(self, size: float | Sequence[float] = 1.0, cache: bool | dict = False,
+                     loss: str | dict = 'l1', scale=1.0) -> None:
+            super().__init__()
+
+    try:  # a sequence, a dict or a string its annotation takes; no annotation: no refusal
+        MODELS.check_options(dict(type='KindsTaken', size=[1.0, 2.0], cache=dict(folder='x'),
+                                  loss='l2', scale=[1.0]))
+    finally:
+        MODELS.module_dict.pop('KindsTaken')
+
+
 def test_a_type_that_takes_any_option_gets_them_all():
     @ADAPTERS.register_module()
     class OptionsAdapter(BaseAdapter):

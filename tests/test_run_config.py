@@ -355,6 +355,18 @@ def test_a_param_scheduler_is_refused_under_the_phased_loop_when_the_config_load
     assert not (tmp_path / 'run').exists()
 
 
+def test_a_loss_the_retriever_does_not_compute_is_refused_when_the_config_loads(tmp_path):
+    """It was refused as the retriever built its losses, after the runner had made the work
+    dir, and said nothing of the way to a loss of another name."""
+    with pytest.raises(UserKeyError, match=(
+            r"^CrossLingualRetriever: unknown losses \['mycl'\]; it computes \['cl', 'cm', "
+            r"'source_cm'\]: a loss of another name needs a retriever that computes it, a "
+            r'subclass whose LOSSES names it')):
+        load_run_config(DEMO, cfg_options={'model.losses.mycl.type': 'AlignmentLoss'},
+                        work_dir=str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
+
+
 def test_a_misspelt_optimiser_constructor_is_refused_when_the_config_loads():
     """MMEngine looked it up as the runner built the optimiser, after making the work dir;
     every other registry's typo was refused as the config loaded."""

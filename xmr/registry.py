@@ -388,13 +388,23 @@ def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
     annotation takes that kind outside any sequence (``resume: str | bool = False``,
     ``str | Sequence[str]``; not ``Sequence[str]``). A string where the annotation takes a
     sequence and no string (``languages: Sequence[str] | None = None``) is refused whatever
-    the default."""
+    the default, so is a string where it takes a config dict and no string (``consistency_loss:
+    dict | None = None``, found as MMEngine built it), and a list or tuple where it takes a
+    number or a bool alone (``temperature: float = 0.01`` given ``[0.01]``, compared with 0
+    as the part was built)."""
     default = option.default
-    taken = _kinds_outside_sequences(option.annotation)
+    annotation = '' if option.annotation is inspect.Parameter.empty else str(option.annotation)
+    taken = _kinds_outside_sequences(annotation)
     if isinstance(value, str) and 'str' in taken:
         return None
-    if isinstance(value, str) and _SEQUENCE_OF.search(str(option.annotation)):
+    if isinstance(value, str) and _SEQUENCE_OF.search(annotation):
         return f'a list or tuple ([{value!r}] for one)'
+    if isinstance(value, str) and _DICT.search(annotation) and not _TAKES_A_STRING.search(
+            annotation):
+        return "a dict (dict(type='...', ...))"
+    if (isinstance(value, (list, tuple)) and isinstance(default, (int, float))
+            and annotation and not _TAKES_A_CONTAINER.search(annotation)):
+        return 'True or False' if isinstance(default, bool) else 'a number'
     if isinstance(default, bool):
         return 'True or False' if isinstance(value, str) else None
     if isinstance(default, (int, float)):
@@ -417,6 +427,13 @@ def _kinds_outside_sequences(annotation: Any) -> set[str]:
 
 _SEQUENCE_OF = re.compile(r'\b(?:Sequence|Iterable|Collection|list|List|tuple|Tuple|set|Set|'
                           r'frozenset|FrozenSet)\[[^][]*\]')
+# An annotation that takes a config dict; one that may take a string beside it (a path, a
+# registered name, a choice); one that takes a sequence, a mapping or anything.
+_DICT = re.compile(r'\b(?:dict|Dict|Mapping|ConfigDict|ConfigType|OptConfigType)\b')
+_TAKES_A_STRING = re.compile(r'\b(?:str|Any|object|Literal|Path|PathLike|Callable|type)\b')
+_TAKES_A_CONTAINER = re.compile(r'\b(?:Sequence|Iterable|Collection|list|List|tuple|Tuple|set|Set|'
+                                r'frozenset|FrozenSet|dict|Dict|Mapping|ConfigDict|ConfigType|'
+                                r'OptConfigType|Any|object|Tensor|ndarray)\b')
 
 
 #: The packages whose modules register into xmr's registries, and the modules of

@@ -11,7 +11,7 @@ the per-item dicts :class:`~xmr.evaluation.RetrievalMetric` reads.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -121,19 +121,42 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         check_tokenizer_fits(backbone.tokenizer, backbone.text_tower, owner)
         return backbone
 
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Refuse, from the config alone, a loss this retriever does not compute
+        (:meth:`check_loss_names`): at the config's load
+        (:func:`~xmr.registry.check_part_options`), before the runner makes the work dir.
+        Subclasses add their own checks and call this one."""
+        if isinstance(cfg.get('losses'), Mapping):
+            cls.check_loss_names(cfg['losses'])
+
     # ----------------------------------------------------------------------------- losses
+    @classmethod
+    def check_loss_names(cls, names: Iterable[str]) -> None:
+        """Refuse names that are not :attr:`LOSSES`: their configs would be built and never
+        computed.
+
+        Raises:
+            KeyError: naming the unknown losses, those this retriever computes and the way to
+                a loss of another name.
+        """
+        unknown = set(names) - set(cls.LOSSES)
+        if unknown:
+            raise UserKeyError(f'{cls.__name__}: unknown losses {sorted(unknown)}; it computes '
+                               f'{sorted(cls.LOSSES)}: a loss of another name needs a '
+                               'retriever that computes it, a subclass whose LOSSES names it '
+                               "(docs/custom_modules.md, 'A retriever')")
+
     def build_losses(self, cfgs: Mapping[str, dict],
                      default_args: Mapping[str, dict] | None = None) -> None:
         """Build ``{name: MODELS config}`` into :attr:`losses`, every name one of :attr:`LOSSES`
         (a :class:`PairLoss` that ``reads_backbone`` also gets the backbone).
 
         Raises:
-            KeyError: naming the unknown losses and those this retriever computes.
+            KeyError: naming the unknown losses and those this retriever computes
+                (:meth:`check_loss_names`).
         """
-        unknown = set(cfgs) - set(self.LOSSES)
-        if unknown:
-            raise UserKeyError(f'{type(self).__name__}: unknown losses {sorted(unknown)}; it '
-                               f'computes {sorted(self.LOSSES)}')
+        self.check_loss_names(cfgs)
         self.losses = nn.ModuleDict({
             name: MODELS.build(cfg, default_args=self._loss_default_args(
                 cfg, (default_args or {}).get(name)))

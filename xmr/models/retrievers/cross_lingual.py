@@ -194,6 +194,7 @@ class CrossLingualRetriever(BaseRetriever):
             TypeError: a disentangler that is no :class:`ConditionDisentangler`.
             LanguageCodeError: a code no form of which is known, named by its option.
         """
+        super().check_config(cfg)
         disentangler, branch = cfg.get('disentangler'), cfg.get('language_branch')
         tower = configured_tower_shape(cfg.get('backbone'))
         if isinstance(branch, Mapping) and branch.get('languages') is not None:

@@ -151,6 +151,7 @@ class DualEncoderRetriever(BaseRetriever):
             TypeError: a disentangler that is no :class:`TokenDisentangler` (DASD's SDM).
             LanguageCodeError: a code no form of which is known, named by its option.
         """
+        super().check_config(cfg)
         options = with_defaults(cls, cfg)
         train_text, score = options['train_text'], options['retrieval_score']
         if train_text not in TRAIN_TEXTS:
