@@ -367,3 +367,31 @@ def test_the_condition_blocks_are_those_of_the_adapters_reading_the_condition():
                                              dict(type='DynamicAdapter', hidden=4, blocks=[1])],
                               8, 2)
     assert placed.condition_blocks() == [1]
+
+
+def test_an_adapter_class_without_placement_or_ctx_is_refused_as_it_is_defined():
+    """A user's adapter without them failed with Python's TypeError as the branch built it, or
+    at its first batch, after a whole source_finetune phase had trained."""
+    with pytest.raises(TypeError, match=(
+            r'^adapter .*NoPlacement: __init__ takes no placement; the adapter set builds each '
+            r'instance with placement=AdapterPlacement')):
+        class NoPlacement(BaseAdapter):
+            def __init__(self, hidden: int = 8) -> None:
+                super().__init__(None)
+
+            def forward(self, x, ctx):
+                return x
+
+    with pytest.raises(TypeError, match=(
+            r"^adapter .*OneArgument: forward takes \['x'\]; the tower calls it with the "
+            r'hidden states and the call context: def forward\(self, x, ctx\)')):
+        class OneArgument(BaseAdapter):
+            def forward(self, x):
+                return x
+
+    class Forwarding(BaseAdapter):  # options and arguments passed on are taken
+        def __init__(self, **options) -> None:
+            super().__init__(options['placement'])
+
+        def forward(self, *args):
+            return args[0]

@@ -22,6 +22,7 @@ adapters do not all accept packed tokens runs its padded batch.
 """
 from __future__ import annotations
 
+import inspect
 from abc import ABCMeta, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -212,6 +213,29 @@ class BaseAdapter(nn.Module, metaclass=ABCMeta):
             raise ValueError(f'{where or f"adapter {cls.__name__}"}: {option}={value!r} must '
                              'be a positive integer')
         return value
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse, as the class is defined (a config's ``custom_imports`` imports it), an
+        ``__init__`` that takes no ``placement`` keyword or a ``forward`` that takes no ``ctx``
+        after ``x``: the adapter set passes both, and the build, or the first batch through the
+        adapter after a whole earlier phase had trained, failed on them with Python's
+        message."""
+        super().__init_subclass__(**kwargs)
+        init = inspect.signature(cls.__init__).parameters
+        if 'placement' not in init and not any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in init.values()):
+            raise TypeError(f'adapter {cls.__qualname__}: __init__ takes no placement; the '
+                            'adapter set builds each instance with placement=AdapterPlacement: '
+                            'def __init__(self, placement, **options), calling '
+                            'super().__init__(placement)')
+        forward = list(inspect.signature(cls.forward).parameters.values())[1:]
+        positional = [p for p in forward if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                       inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        if len(positional) < 2 and not any(
+                p.kind is inspect.Parameter.VAR_POSITIONAL for p in forward):
+            raise TypeError(f'adapter {cls.__qualname__}: forward takes '
+                            f'{[p.name for p in forward]}; the tower calls it with the hidden '
+                            'states and the call context: def forward(self, x, ctx)')
 
     def __init__(self, placement: AdapterPlacement) -> None:
         super().__init__()
