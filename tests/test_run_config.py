@@ -467,6 +467,11 @@ def test_a_delete_left_in_a_list_item_is_named_when_the_config_loads(tmp_path):
      r'\(0: load in the main process\)$'),
     ('optim_wrapper.optimizer.lr', -2e-3, r"^optim_wrapper.optimizer.lr=-0.002 must be a number "
      r">= 0 \(a phase's own lr, train_cfg.phases.N.lr, replaces it"),
+    # list index out of range; Invalid weight_decay value: -1
+    ('optim_wrapper.optimizer.betas', [0.9], r"^optim_wrapper.optimizer: AdamW refuses its "
+     r"options \{'lr': 0.002, 'betas': \[0.9\], .*\}: IndexError: list index out of range$"),
+    ('optim_wrapper.optimizer.weight_decay', -1, r'^optim_wrapper.optimizer: AdamW refuses its '
+     r"options .*'weight_decay': -1\}: ValueError: Invalid weight_decay value: -1$"),
 ])
 def test_a_loader_count_or_learning_rate_torch_refuses_is_named_by_its_key(option, value,
                                                                            message):
@@ -474,6 +479,12 @@ def test_a_loader_count_or_learning_rate_torch_refuses_is_named_by_its_key(optio
     neither loader nor key, and come as the runner builds the loader or optimiser."""
     with pytest.raises(ValueError, match=message):
         load_run_config(DEMO, cfg_options={option: value})
+
+
+def test_the_optimiser_s_device_options_are_left_to_the_run_s_device():
+    """Built on a CPU parameter as the config loads, fused=True would be refused wherever the
+    run is to train on a GPU."""
+    load_run_config(DEMO, cfg_options={'optim_wrapper.optimizer.fused': True})
 
 
 def test_a_shipped_loader_given_no_workers_names_its_persistent_workers():

@@ -307,7 +307,7 @@ def check_run_values(cfg: Config) -> None:
     OPTIMIZERS.check_options((cfg.get('optim_wrapper') or {}).get('optimizer'))
     OPTIM_WRAPPERS.check_options(_wrapper_options(cfg.get('optim_wrapper')))
     _check_optim_constructor(cfg.get('optim_wrapper'))
-    _check_optimizer_lr((cfg.get('optim_wrapper') or {}).get('optimizer'))
+    _check_optimizer((cfg.get('optim_wrapper') or {}).get('optimizer'))
     for where, loader in _dataloaders(cfg).items():
         _check_loader_options(where, loader)
         _check_loader_counts(where, loader)
@@ -747,12 +747,36 @@ def _check_epoch_counts(cfg: Config) -> None:
                              f"{getattr(loop, '__name__', loop)}; give iterations")
 
 
-def _check_optimizer_lr(optimizer: Any) -> None:
-    """torch's own error (``Invalid learning rate: -0.002``) names no key."""
-    lr = optimizer.get('lr') if isinstance(optimizer, Mapping) else None
+def _check_optimizer(optimizer: Any) -> None:
+    """Refuse the options of ``optim_wrapper.optimizer`` its type refuses, by building it on a
+    parameter of one number (the device options left out: ``fused`` wants the run's device):
+    torch's own errors (``Invalid weight_decay value: -1``; ``betas=[0.9]``: ``list index out of
+    range``) named no key, as the runner built the optimiser after making the work dir.
+
+    Raises:
+        ValueError: naming the key, the value, and the optimiser's reason.
+    """
+    from xmr.registry import OPTIMIZERS
+
+    if not isinstance(optimizer, Mapping):
+        return
+    lr = optimizer.get('lr')
     if isinstance(lr, (int, float)) and not isinstance(lr, bool) and not lr >= 0:
         raise ValueError(f'optim_wrapper.optimizer.lr={lr!r} must be a number >= 0 (a phase\'s '
                          'own lr, train_cfg.phases.N.lr, replaces it where the loop is phased)')
+    kind = optimizer.get('type')
+    built = OPTIMIZERS.get(kind) if isinstance(kind, str) else kind
+    if not isinstance(built, type) or '_scope_' in optimizer:
+        return
+    options = {key: value for key, value in optimizer.items()
+               if key not in ('type', 'fused', 'foreach', 'capturable')}
+    import torch
+
+    try:
+        built([torch.nn.Parameter(torch.zeros(1))], **options)
+    except Exception as error:  # the optimiser's own checks raise what they like
+        raise ValueError(f'optim_wrapper.optimizer: {built.__name__} refuses its options '
+                         f'{options}: {type(error).__name__}: {error}') from error
 
 
 def _metrics(cfg: Config) -> list[Any]:
