@@ -388,7 +388,8 @@ def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
     annotation takes that kind outside any sequence (``resume: str | bool = False``,
     ``str | Sequence[str]``; not ``Sequence[str]``). A string where the annotation takes a
     sequence and no string (``languages: Sequence[str] | None = None``) is refused whatever
-    the default, so is a string where it takes a config dict and no string (``consistency_loss:
+    the default, so is a string where it takes numbers alone (``embed_dim: int``, no default),
+    or a config dict and no string (``consistency_loss:
     dict | None = None``, found as MMEngine built it), and a list or tuple where it takes a
     number or a bool alone (``temperature: float = 0.01`` given ``[0.01]``, compared with 0
     as the part was built)."""
@@ -398,7 +399,11 @@ def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
     if isinstance(value, str) and 'str' in taken:
         return None
     if isinstance(value, str) and _SEQUENCE_OF.search(annotation):
-        return f'a list or tuple ([{value!r}] for one)'
+        return ('a number or a list or tuple of them' if taken & {'int', 'float'}
+                else f'a list or tuple ([{value!r}] for one)')
+    if isinstance(value, str) and taken & {'int', 'float'} and not _TAKES_A_STRING.search(
+            annotation):
+        return 'a number'
     if isinstance(value, str) and _DICT.search(annotation) and not _TAKES_A_STRING.search(
             annotation):
         return "a dict (dict(type='...', ...))"

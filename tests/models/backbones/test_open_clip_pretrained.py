@@ -24,6 +24,7 @@ from tests.models.backbones.openai_clip_layout import (
 )
 from xmr.models.backbones.open_clip_pretrained import (
     build_open_clip,
+    check_model_cfg,
     check_record_tokenizer,
     pretrained_record,
     record_for,
@@ -713,3 +714,36 @@ def test_a_settings_dict_the_model_cannot_run_with_is_refused_as_the_config_load
     with pytest.raises(ValueError, match=f'^{key}_cfg.{takes}'):
         MODELS.get(backbone['type']).check_config(
             {**backbone, key: str(weights), f'{key}_cfg': setting})
+
+
+@pytest.mark.parametrize('change, message', [
+    # randn(): argument 'size' must be tuple of ints, but found element of type str
+    (dict(embed_dim='abc'), r"^model_cfg\.embed_dim: model CLIP: option embed_dim='abc' must be "
+     r'a number \(it has no default\)'),
+    # too many values to unpack (expected 2), told as if xmr meant it
+    (dict(vision_cfg=dict(TINY_CLIP['vision_cfg'], image_size='abc')),
+     r"^model_cfg\.vision_cfg\.image_size: model CLIPVisionCfg: option image_size='abc' must be "
+     r'a number or a list or tuple of them'),
+    # CLIPTextCfg.__init__() got an unexpected keyword argument 'widht'
+    (dict(text_cfg=dict(TINY_CLIP['text_cfg'], widht=64)),
+     r"^model_cfg\.text_cfg\.widht: model CLIPTextCfg: unknown option 'widht' \(did you mean "
+     r"'width'\?\)"),
+    # AssertionError: embed_dim must be divisible by num_heads
+    (dict(text_cfg=dict(TINY_CLIP['text_cfg'], width=33)),
+     r'^model_cfg\.text_cfg: width 33 is not divisible by heads 2'),
+    (dict(vision_cfg=dict(TINY_CLIP['vision_cfg'], width=95, head_width=32)),
+     r'^model_cfg\.vision_cfg: width 95 makes 2 heads of head_width 32 \(width // head_width\), '
+     r'which must be at least one and divide the width'),
+])
+def test_a_model_cfg_open_clip_would_refuse_is_refused_naming_its_key(change, message):
+    """Each failed as open_clip built the model, after the runner had made the work dir, with
+    Python's message and no key."""
+    with pytest.raises((TypeError, ValueError), match=message):
+        check_model_cfg({**TINY_CLIP, **change})
+    with pytest.raises((TypeError, ValueError), match=message):
+        MODELS.build(dict(tiny_backbone_cfg(), model_cfg={**TINY_CLIP, **change}))
+
+
+def test_every_architecture_open_clip_names_passes_the_model_cfg_check():
+    for arch in open_clip.list_models():
+        check_model_cfg(open_clip.get_model_config(arch))

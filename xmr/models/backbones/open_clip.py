@@ -32,6 +32,7 @@ from xmr.models.backbones.open_clip_pretrained import (
     arch_embed_dim,
     arch_text_cfg,
     build_open_clip,
+    check_model_cfg,
     check_record_context,
     check_record_tokenizer,
     check_trained_tokenizer,
@@ -488,12 +489,16 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
         contradicts the tag or the architecture (:func:`resolve_pretrained`, which reads no
         weights).
 
+        And what open_clip's build of a ``model_cfg`` would refuse (:func:`check_model_cfg`).
+
         Raises:
             ValueError: naming the field, the value and the names or fix (:func:`record_for`).
             UserError: naming the path and ``pretrained``
                 (:func:`~xmr.models.backbones.open_clip_pretrained.check_pretrained_file`).
         """
         options = with_defaults(cls, cfg)
+        if isinstance(options['model_cfg'], Mapping):
+            check_model_cfg(options['model_cfg'])
         resolve_pretrained(options['arch'], options['pretrained'], options['pretrained_cfg'],
                            options['model_cfg'])
 
@@ -522,7 +527,10 @@ class OpenCLIPBackbone(VisionLanguageBackbone):
             config = offline_hf_config(AutoConfig, text['hf_model_name'])
             return None if config is None else TowerShape(
                 config.hidden_size, config.num_hidden_layers, embed_dim)
-        text = CLIPTextCfg(**text)
+        try:
+            text = CLIPTextCfg(**text)
+        except TypeError:  # an option it does not take: check_config names it
+            return None
         # open_clip builds no projection with proj_type='none': the tokens stay D wide. Its
         # configs mask the padding keys of a class-token tower only (use_pad_mask is no
         # text_cfg field), and a class token overrides the pooling.

@@ -40,6 +40,7 @@ from xmr.models.weight_files import (
     transformers_layout_key,
     weights_file,
 )
+from xmr.registry import MODELS
 from xmr.utils.cli import given_file
 
 __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretrained',
@@ -47,7 +48,7 @@ __all__ = ['PretrainedRecord', 'pretrained_record', 'record_for', 'resolve_pretr
            'check_record_tokenizer', 'check_record_context', 'check_trained_tokenizer',
            'settled_tokenizer_cfg', 'TRAINED_TOKENIZER_FIELDS', 'arch_embed_dim',
            'is_checkpoint_path', 'check_pretrained_file', 'RECORD_FIELDS', 'text_tokenizer_cfg',
-           'hf_tokenizer_name']
+           'hf_tokenizer_name', 'check_model_cfg']
 
 #: Settings a tag's record (or a ``pretrained_cfg`` dict) may carry.
 RECORD_FIELDS = ('quick_gelu', 'mean', 'std', 'interpolation', 'resize_mode', 'fill_color')
@@ -390,7 +391,11 @@ def build_open_clip(arch: str | None, pretrained: str | None = None,
         FileNotFoundError: a tag's weights, or a Hugging Face text encoder's config, could not
             be fetched (offline), with the local route.
         WeightsMismatchError: weights of another architecture (keys named, with counts).
+        UnknownOptionError, ValueError: a ``model_cfg`` open_clip's build would refuse
+            (:func:`check_model_cfg`).
     """
+    if model_cfg is not None:
+        check_model_cfg(model_cfg)
     record, weights = resolve_pretrained(arch, pretrained, pretrained_cfg, model_cfg,
                                          key_prefix)
     model_cls, cfg = _clip_cfg(arch, model_cfg, record.quick_gelu)
@@ -587,6 +592,40 @@ def _clip_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None,
     if cfg.get('multimodal_cfg'):
         return open_clip.CoCa, cfg
     return (open_clip.CustomTextCLIP if custom else open_clip.CLIP), cfg
+
+
+def check_model_cfg(model_cfg: Mapping[str, Any]) -> None:
+    """Refuse, as the config loads, what open_clip's build of ``model_cfg`` refused after the
+    runner had made its work dir, with Python's messages naming no key: an option its model
+    class or tower configs do not take (``text_cfg.widht``), a value of another kind
+    (``embed_dim='abc'``), and a transformer tower whose width its heads do not divide.
+
+    Raises:
+        UnknownOptionError: naming ``model_cfg.<key>``, the option and the ones taken.
+        ValueError: naming ``model_cfg.<key>``, the value and what it must be.
+    """
+    from open_clip.coca_model import MultimodalCfg
+    from open_clip.model import CLIPTextCfg, CLIPVisionCfg
+
+    model_cls, cfg = _clip_cfg(None, model_cfg, quick_gelu=False)
+    towers = {'vision_cfg': CLIPVisionCfg, 'text_cfg': CLIPTextCfg,
+              'multimodal_cfg': MultimodalCfg}
+    MODELS.check_options({'type': model_cls, **{key: value for key, value in cfg.items()
+                                                 if key not in towers}}, where='model_cfg')
+    for name, kind in towers.items():
+        if isinstance(cfg.get(name), Mapping):
+            MODELS.check_options({'type': kind, **cfg[name]}, where=f'model_cfg.{name}')
+    text = CLIPTextCfg(**cfg.get('text_cfg', {}))
+    if not text.hf_model_name and text.width % text.heads:
+        raise ValueError(f'model_cfg.text_cfg: width {text.width} is not divisible by heads '
+                         f'{text.heads} (each head takes width / heads of the features)')
+    vision = CLIPVisionCfg(**cfg.get('vision_cfg', {}))
+    heads = vision.width // vision.head_width
+    if not vision.timm_model_name and isinstance(vision.layers, int) and (
+            heads == 0 or vision.width % heads):
+        raise ValueError(f'model_cfg.vision_cfg: width {vision.width} makes {heads} heads of '
+                         f'head_width {vision.head_width} (width // head_width), which must be '
+                         'at least one and divide the width')
 
 
 def arch_text_cfg(arch: str | None, model_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
