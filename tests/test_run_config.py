@@ -367,6 +367,22 @@ def test_a_loss_the_retriever_does_not_compute_is_refused_when_the_config_loads(
     assert not (tmp_path / 'run').exists()
 
 
+@pytest.mark.parametrize('option, value, message', [
+    ('val_evaluator.protocol', 'foo', r"^val_evaluator: unknown protocol 'foo'; choose one of "),
+    ('val_evaluator.recall_ks', [0, 5], r'^val_evaluator: recall_ks must be positive integers'),
+    ('test_evaluator.source_language', 'xx', r'^test_evaluator: RetrievalMetric '
+     r"source_language: unknown language code 'xx'"),
+])
+def test_a_metric_value_its_constructor_refuses_is_named_by_its_key_as_the_config_loads(
+        tmp_path, option, value, message):
+    """The evaluator built its metrics as the first validation or test began, after the runner
+    had made the work dir (a source_language slipped past the language-code check, which reads
+    keys ending in 'languages'); the message named no key."""
+    with pytest.raises(ValueError, match=message):
+        load_run_config(DEMO, cfg_options={option: value}, work_dir=str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
+
+
 def test_a_misspelt_optimiser_constructor_is_refused_when_the_config_loads():
     """MMEngine looked it up as the runner built the optimiser, after making the work dir;
     every other registry's typo was refused as the config loaded."""
