@@ -280,6 +280,27 @@ def test_a_hook_without_an_option_it_must_have_is_refused_when_the_config_loads(
     load_run_config(str(leaf))
 
 
+def test_a_hook_class_that_is_no_hook_is_refused_when_the_config_loads(tmp_path):
+    """The runner failed on it as it registered the hooks ('NotAHook' object has no attribute
+    'priority'), after making the work dir."""
+    from xmr.registry import HOOKS
+
+    @HOOKS.register_module()
+    class NotAHook:
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            pass
+
+    leaf = tmp_path / 'hooked.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = [*_base_.custom_hooks, "
+                    "dict(type='NotAHook')]\n")
+    try:
+        with pytest.raises(ValueError, match=r'^custom_hooks\.\d+: NotAHook is no '
+                                             r'mmengine\.hooks\.Hook: a hook subclasses it'):
+            load_run_config(str(leaf))
+    finally:
+        HOOKS.module_dict.pop('NotAHook')
+
+
 @pytest.mark.parametrize('option', ['filename', 'meta', 'by_epoch_'])
 def test_an_option_checkpoint_hook_passes_on_to_the_save_is_refused_when_the_config_loads(
         option):

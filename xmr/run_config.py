@@ -666,16 +666,18 @@ def _is_count(value: Any, least: int) -> bool:
 
 
 def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
-    """Refuse what MMEngine's ``LoggerHook`` and ``CheckpointHook`` (xmr's subclasses it)
-    refuse as the runner builds them, naming no key (``interval must be greater than 0``,
-    ``KeyError: 'rule must be greater, less or None'``), or take and never act on: a checkpoint
-    ``interval`` or ``max_keep_ckpts`` of 0 (MMEngine reads any value below 1 as 'never' and
-    'no limit'), checkpoints ``by_epoch`` under a loop of iterations (none saved periodically).
+    """Refuse a hook type that is no ``mmengine.hooks.Hook`` (the runner reads its ``priority`` as
+    it registers it), and what MMEngine's ``LoggerHook`` and ``CheckpointHook`` (xmr's
+    subclasses it) refuse as the runner builds them, naming no key (``interval must be greater
+    than 0``, ``KeyError: 'rule must be greater, less or None'``), or take and never act on: a
+    checkpoint ``interval`` or ``max_keep_ckpts`` of 0 (MMEngine reads any value below 1 as
+    'never' and 'no limit'), checkpoints ``by_epoch`` under a loop of iterations (none saved
+    periodically).
 
     Raises:
         ValueError: naming the key, its value and the fix.
     """
-    from mmengine.hooks import CheckpointHook, LoggerHook
+    from mmengine.hooks import CheckpointHook, Hook, LoggerHook
     from mmengine.runner import EpochBasedTrainLoop
 
     from xmr.engine.epoch_counts import is_epochs
@@ -685,6 +687,10 @@ def _check_mmengine_hook_values(where: str, hook: Any, train_cfg: Any) -> None:
     built = HOOKS.get(built) if isinstance(built, str) else built
     if not isinstance(built, type):
         return
+    if not issubclass(built, Hook):  # the runner read its priority as it registered it
+        raise ValueError(f'{where}: {built.__name__} is no mmengine.hooks.Hook: a hook '
+                         'subclasses it, which gives the runner its priority and every point '
+                         'it calls (docs/custom_modules.md)')
     if issubclass(built, LoggerHook):
         for key in ('interval', 'interval_exp_name'):
             value = hook.get(key)
