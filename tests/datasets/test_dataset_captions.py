@@ -86,3 +86,25 @@ def test_a_cached_gallery_gives_the_captions_of_the_dataset_it_caches(tmp_path):
     with pytest.raises(NoCaptions, match='^SyntheticRetrievalDataset exposes no annotation '
                                          'records to read back_translations from$'):
         dataset_captions(cached, 'de', field='back_translations')
+
+
+def test_a_gallery_s_translated_languages_are_read_as_its_queries_are(tmp_path):
+    """A language queried with the file's machine translations (translated_languages, a new
+    language without human test captions) read as none: caption_tokens said 'no captions in:
+    sw', the test's cut/unknown note left it out, visualize_features found '0 sw captions'."""
+    from xmr.datasets.annotation import Annotation, MediaRecord, dump_annotation
+    from xmr.datasets.retrieval import RetrievalDataset
+
+    dump_annotation(Annotation(
+        dataset='my_set', split='test', media_type='image', languages=['en'],
+        source_lang='en', translation_langs=['sw'], items=[
+            MediaRecord('a', 'a.jpg', {'en': ['a dog runs']}, {'sw': ['mbwa anakimbia']}),
+            MediaRecord('b', 'b.jpg', {'en': ['two cats']}, {'sw': ['paka wawili']})]),
+        tmp_path / 'test.json')
+    gallery = RetrievalDataset(ann_file=str(tmp_path / 'test.json'), languages=['en'],
+                               translated_languages=['swh_Latn'], with_media=False)
+    assert dataset_captions(gallery, 'sw') == ['mbwa anakimbia', 'paka wawili']
+    assert dataset_captions(gallery, 'en', 1) == ['a dog runs']
+    assert [gallery.captions_of(i) for i in range(2)] == [
+        {'en': ['a dog runs'], 'sw': ['mbwa anakimbia']},
+        {'en': ['two cats'], 'sw': ['paka wawili']}]

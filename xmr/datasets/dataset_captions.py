@@ -51,8 +51,10 @@ def dataset_captions(dataset: Any, lang: str, limit: int | None = None,
     (``None``: all); with ``field='back_translations'``, their machine translations into the
     source language (:class:`~xmr.datasets.annotation.MediaRecord`'s field).
 
-    Reads annotation records (:class:`~xmr.datasets.base.MediaCaptionDataset`'s ``records``) or
-    the synthetic sets' ``captions_of``, without loading any media; of a cached gallery
+    Reads a dataset's ``captions_of`` (the queries its items give: a gallery's machine
+    translations for its ``translated_languages``, the synthetic sets' captions) or else its
+    annotation records (:class:`~xmr.datasets.base.MediaCaptionDataset`'s ``records``), without
+    loading any media; of a cached gallery
     (:class:`~xmr.engine.feature_cache.CachedFeatureDataset`), those of the dataset it caches.
 
     Raises:
@@ -61,10 +63,10 @@ def dataset_captions(dataset: Any, lang: str, limit: int | None = None,
     from xmr.engine.feature_cache.dataset import source_dataset  # it imports xmr.datasets
 
     dataset = source_dataset(dataset)
-    if hasattr(dataset, 'records'):
-        per_item = (getattr(record, field).get(lang, []) for record in dataset.records)
-    elif hasattr(dataset, 'captions_of') and field == 'captions':
+    if hasattr(dataset, 'captions_of') and field == 'captions':
         per_item = (dataset.captions_of(i).get(lang, []) for i in range(len(dataset)))
+    elif hasattr(dataset, 'records'):
+        per_item = (getattr(record, field).get(lang, []) for record in dataset.records)
     elif field == 'captions':
         raise NoCaptions(f'{type(dataset).__name__} exposes neither annotation records nor '
                          'captions_of')

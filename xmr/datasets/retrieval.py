@@ -93,15 +93,22 @@ class RetrievalDataset(MediaCaptionDataset):
         scoring takes one item per media."""
         return [record.media_id for record in self.records]
 
+    def captions_of(self, index: int) -> dict[str, list[str]]:
+        """The queries of item ``index`` by language, as its item gives them: the human
+        captions of :attr:`languages`, the machine translations of
+        :attr:`translated_languages`."""
+        record = self.records[index]
+        captions = {lang: list(record.captions[lang]) for lang in self.languages}
+        captions.update({lang: list(record.translations[lang])
+                         for lang in self.translated_languages})
+        return captions
+
     def __getitem__(self, index: int) -> dict[str, Any] | SkippedMedia:
         record = self.records[index]
         media = self.load_media(record, index)
         if isinstance(media, SkippedMedia):
             return media
-        captions = {lang: list(record.captions[lang]) for lang in self.languages}
-        captions.update({lang: list(record.translations[lang])
-                         for lang in self.translated_languages})
-        item = {'media': media, 'media_id': record.media_id, 'captions': captions,
+        item = {'media': media, 'media_id': record.media_id, 'captions': self.captions_of(index),
                 'index': int(index)}
         if self.back_translated_languages:
             item['back_translations'] = {lang: list(record.back_translations[lang])
