@@ -180,6 +180,10 @@ def test_a_language_outside_the_tables_is_known_once_registered(own_languages):
     assert normalize_language('SAT_OLCK') == 'sat-Olck'
     # Again with the same aliases (a module imported twice): nothing changes.
     assert register_language('haw', ['haw_Latn']) == 'haw'
+    # '-' and '_' alike, as in the built-in codes: one language, not two.
+    assert normalize_language('haw-Latn') == 'haw'
+    with pytest.raises(LanguageCodeError, match="'haw_Latn' and 'haw-Latn' are both the language"):
+        normalize_languages(['haw_Latn', 'haw-Latn'])
 
 
 @pytest.mark.parametrize('code, aliases, message', [
@@ -192,6 +196,10 @@ def test_a_language_outside_the_tables_is_known_once_registered(own_languages):
     ('haw', 'haw_Latn', r"aliases must be a list of codes, got the string 'haw_Latn'"),
     # an alias in another case than the one registered ('swh') is the same code
     ('haw', ['SWH'], r"register_language\('haw'\): 'SWH' already names the language 'sw'"),
+    # read through their subtags, each names a language: Serbian, Kashmiri, Tanzania's Swahili
+    ('sr-Cyrl', (), r"'sr-Cyrl' already names the language 'sr'"),
+    ('ks-Arab', (), r"'ks-Arab' already names the language 'ks'"),
+    ('haw', ['sw-TZ'], r"'sw-TZ' already names the language 'sw-TZ'"),
 ])
 def test_registering_a_known_or_malformed_code_is_refused(own_languages, code, aliases,
                                                            message):

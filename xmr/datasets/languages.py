@@ -281,12 +281,24 @@ def register_language(code: str, aliases: Sequence[str] = ()) -> str:
         raise LanguageCodeError(f'register_language({code!r}): aliases must be a list of codes, '
                                 f'got the string {aliases!r}; write [{aliases!r}]')
     for spelling in (code, *aliases):
-        known = _ALIASES.get(spelling.lower())
-        if known is not None and known != code:
-            raise LanguageCodeError(f'register_language({code!r}): {spelling!r} already names '
-                                    f'the language {known!r}; register another code')
-    _ALIASES.update({spelling.lower(): code for spelling in (code, *aliases)})
+        for variant in _spelt_alike(spelling):
+            try:  # as a code is read: through its subtags too (sr-Cyrl is sr)
+                known = normalize_language(variant)
+            except LanguageCodeError:
+                continue
+            if known != code:
+                raise LanguageCodeError(f'register_language({code!r}): {spelling!r} already '
+                                        f'names the language {known!r}; register another code')
+    _ALIASES.update(dict.fromkeys((variant for spelling in (code, *aliases)
+                                   for variant in _spelt_alike(spelling)), code))
     return code
+
+
+def _spelt_alike(spelling: str) -> set[str]:
+    """``spelling`` in lower case with ``-`` and ``_`` alike, as built-in codes are read
+    (``haw_Latn``, ``haw-Latn``)."""
+    lower = spelling.lower()
+    return {lower, lower.replace('_', '-'), lower.replace('-', '_')}
 
 
 def is_language_alias(code: str) -> bool:
