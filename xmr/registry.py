@@ -159,12 +159,20 @@ class XMRRegistry(Registry):
                 raise ValueError(f'{kind}: option {option}={value!r} must be {wanted} ' + (
                     '(it has no default)' if default is inspect.Parameter.empty
                     else f'(its default is {default!r})'))
-        missing = [name for name, p in signatures[0].items() if whole and name in takes
-                   and p.default is inspect.Parameter.empty and name not in cfg]
-        if missing:
+        if whole:
+            self._refuse_missing(cfg, built, signatures[0], takes, where)
+
+    def _refuse_missing(self, cfg: Mapping[str, Any], built: Any,
+                        parameters: Mapping[str, inspect.Parameter],
+                        takes: Mapping[str, inspect.Parameter], where: str | None) -> None:
+        """Refuse the first of ``built``'s own ``parameters`` without a default (of those a
+        config gives, ``takes``) that ``cfg`` leaves out."""
+        missing = next((name for name, p in parameters.items() if name in takes
+                        and p.default is inspect.Parameter.empty and name not in cfg), None)
+        if missing is not None:
             kind = (f'{where}: ' if where else '') + \
                 f"{self.name} {getattr(built, '__name__', built)}"
-            raise ValueError(f"{kind}: option '{missing[0]}' has no default: give it; it takes "
+            raise ValueError(f"{kind}: option '{missing}' has no default: give it; it takes "
                              f"{', '.join(takes)}")
 
     def _register_module(self, module: type, module_name: str | list[str] | None = None,
@@ -388,11 +396,10 @@ def _kind_wanted(value: Any, option: inspect.Parameter) -> str | None:
     annotation takes that kind outside any sequence (``resume: str | bool = False``,
     ``str | Sequence[str]``; not ``Sequence[str]``). A string where the annotation takes a
     sequence and no string (``languages: Sequence[str] | None = None``) is refused whatever
-    the default, so is a string where it takes numbers alone (``embed_dim: int``, no default),
-    or a config dict and no string (``consistency_loss:
-    dict | None = None``, found as MMEngine built it), and a list or tuple where it takes a
-    number or a bool alone (``temperature: float = 0.01`` given ``[0.01]``, compared with 0
-    as the part was built)."""
+    the default, so is a string where it takes numbers alone (``embed_dim: int``, no default)
+    or a config dict and no string (``consistency_loss: dict | None = None``, found as MMEngine
+    built it), and a list or tuple where it takes a number or a bool alone (``temperature:
+    float = 0.01`` given ``[0.01]``, compared with 0 as the part was built)."""
     default = option.default
     annotation = '' if option.annotation is inspect.Parameter.empty else str(option.annotation)
     taken = _kinds_outside_sequences(annotation)
