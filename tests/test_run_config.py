@@ -1,6 +1,7 @@
 """xmr.run_config: the config a tool runs, and what it says when the config cannot load."""
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,13 @@ from xmr.run_config import (
 from xmr.utils.cli import UserError, UserKeyError
 
 DEMO = REPO / 'configs' / 'demo' / 'static_tiny-clip_synthetic.py'
+
+
+def on_demo(folder: Path, body: str) -> str:
+    """A leaf config ``folder/leaf.py`` on the demo config: its ``_base_``, then ``body``."""
+    leaf = folder / 'leaf.py'
+    leaf.write_text(f"_base_ = ['{DEMO}']\n{body}\n")
+    return str(leaf)
 
 
 @pytest.mark.parametrize('module, source, message', [
@@ -268,16 +276,12 @@ def test_a_misspelt_option_of_a_hook_or_loop_is_refused_when_the_config_loads(op
 def test_a_hook_without_an_option_it_must_have_is_refused_when_the_config_loads(tmp_path):
     """EarlyStoppingHook without its monitor failed as the runner built it, after making the
     work dir, with Python's 'missing 1 required positional argument' and no key."""
-    leaf = tmp_path / 'stopped.py'
-    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = [*_base_.custom_hooks, "
-                    "dict(type='EarlyStoppingHook')]\n")
+    hooks = "custom_hooks = [*_base_.custom_hooks, dict(type='EarlyStoppingHook'{})]"
     with pytest.raises(ValueError, match=(
             "^hook EarlyStoppingHook: option 'monitor' has no default: give it; it takes "
             'monitor, rule, ')):
-        load_run_config(str(leaf))
-    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = [*_base_.custom_hooks, "
-                    "dict(type='EarlyStoppingHook', monitor='mAR')]\n")
-    load_run_config(str(leaf))
+        load_run_config(on_demo(tmp_path, hooks.format('')))
+    load_run_config(on_demo(tmp_path, hooks.format(", monitor='mAR'")))
 
 
 def test_a_hook_class_that_is_no_hook_is_refused_when_the_config_loads(tmp_path):
@@ -290,13 +294,11 @@ def test_a_hook_class_that_is_no_hook_is_refused_when_the_config_loads(tmp_path)
         def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
             pass
 
-    leaf = tmp_path / 'hooked.py'
-    leaf.write_text(f"_base_ = ['{DEMO}']\ncustom_hooks = [*_base_.custom_hooks, "
-                    "dict(type='NotAHook')]\n")
+    leaf = on_demo(tmp_path, "custom_hooks = [*_base_.custom_hooks, dict(type='NotAHook')]")
     try:
         with pytest.raises(ValueError, match=r'^custom_hooks\.\d+: NotAHook is no '
                                              r'mmengine\.hooks\.Hook: a hook subclasses it'):
-            load_run_config(str(leaf))
+            load_run_config(leaf)
     finally:
         HOOKS.module_dict.pop('NotAHook')
 
@@ -366,13 +368,12 @@ def test_a_param_scheduler_is_refused_under_the_phased_loop_when_the_config_load
     """The loop refused it as it started, after the runner had made the work dir (a log
     folder, the config dump); MMEngine's own merge error advises _delete_=True, which led
     there."""
-    leaf = tmp_path / 'scheduled.py'
-    leaf.write_text(f"_base_ = ['{DEMO}']\nparam_scheduler = dict(_delete_=True, "
-                    "type='CosineAnnealingLR', T_max=10)\n")
+    leaf = on_demo(tmp_path, "param_scheduler = dict(_delete_=True, type='CosineAnnealingLR', "
+                             'T_max=10)')
     with pytest.raises(ValueError, match=r"^param_scheduler=\{'type': 'CosineAnnealingLR', "
                                          r"'T_max': 10\}: PhasedTrainLoop sets .* give "
                                          r'param_scheduler = None'):
-        load_run_config(str(leaf), work_dir=str(tmp_path / 'run'))
+        load_run_config(leaf, work_dir=str(tmp_path / 'run'))
     assert not (tmp_path / 'run').exists()
 
 
