@@ -246,6 +246,18 @@ def test_a_disentangler_the_model_cannot_run_is_refused_by_the_config_check_alon
                            'model')
 
 
+def test_an_adapter_reading_a_condition_without_a_disentangler_is_refused_by_the_config():
+    """DynamicAdapter without the SDM was refused at its first batch: the closing validation
+    of the source-finetune phase, after that whole phase had trained."""
+    with pytest.raises(ValueError, match=(
+            r'^adapter DynamicAdapter reads a per-caption condition \(DASD\'s W\^z\) that only a '
+            r"disentangler makes: configure model\.disentangler")):
+        check_part_options(MODELS, tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+            adapters=dict(type='DynamicAdapter', hidden=4))), 'model')
+    check_part_options(MODELS, tiny_retriever_cfg(language_branch=tiny_branch_cfg(
+        adapters=dict(type='StaticAdapter', hidden=4))), 'model')
+
+
 def test_padding_averaged_into_f_sa_needs_a_fixed_padding_as_the_config_loads():
     """``padding_as_tokens`` (the authors' f^sa over all 77 positions) under padding to the
     batch's longest caption: a caption's embedding depended on the other captions of its batch

@@ -180,7 +180,8 @@ class CrossLingualRetriever(BaseRetriever):
 
         Raises:
             ValueError: the source language among the branch's ``languages`` (in any form:
-                ``eng`` is ``en``); a disentangler without a ``language_branch``, or one whose
+                ``eng`` is ``en``); an adapter that reads a condition (``DynamicAdapter``)
+                without a disentangler; a disentangler without a ``language_branch``, or one whose
                 class refuses the branch's adapter types (DASD's SDM with no adapter that reads
                 ``W^z``: :meth:`ConditionDisentangler.check_adapter_types`) or their options
                 (dynamic adapters of another width than ``W^z``:
@@ -206,12 +207,19 @@ class CrossLingualRetriever(BaseRetriever):
         check_tower = getattr(_branch_class(branch), 'check_tower', None)
         if tower is not None and check_tower is not None:
             check_tower(branch, tower)
+        types = adapter_types(branch.get('adapters')) if isinstance(branch, Mapping) else None
         if disentangler is None:
+            conditioned = [kind.__name__ for kind in types or () if kind.reads_condition]
+            if conditioned:
+                # Its first batch, the closing validation of a phase before alignment, said so.
+                raise ValueError(f'adapter {conditioned[0]} reads a per-caption condition '
+                                 "(DASD's W^z) that only a disentangler makes: configure "
+                                 "model.disentangler (type='SemanticsDisentangler'), or take "
+                                 'an adapter that reads none (StaticAdapter)')
             return
         if branch is None:
             raise ValueError('a disentangler needs a language_branch to condition')
         kind = disentangler_class(disentangler, ConditionDisentangler, cls.__name__)
-        types = adapter_types(branch.get('adapters'))
         if types is not None:
             kind.check_adapter_types(types)
         kind.check_adapter_configs(disentangler, branch.get('adapters'))
