@@ -32,11 +32,11 @@ class PairRetriever(BaseRetriever):
 
     def __init__(self, losses):
         super().__init__()
+        # build_backbone binds the preprocessor to its tokenizer and image statistics: a
+        # retriever written from the docs' recipe, without its own bind, had none.
         self.backbone = self.build_backbone(tiny_backbone_cfg())
         self.languages = ['en']
         self.build_losses(losses)
-        self.data_preprocessor.bind(self.backbone.tokenizer, None, self.backbone.image_mean,
-                                    self.backbone.image_std, 'en')
 
     def loss(self, media, source_tokens, **_):
         with self.frozen_tower():

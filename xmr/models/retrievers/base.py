@@ -55,6 +55,8 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         backbone: the :class:`~xmr.models.backbones.base.TextBackbone` (usually a
             :class:`~xmr.models.backbones.base.VisionLanguageBackbone`; set by the subclass).
         disentangler: the subclass's disentangler, or ``None``.
+        languages: the languages whose texts it embeds (set by the subclass; read by
+            :meth:`read_languages` and saved with each checkpoint).
         losses: the built losses, ``{name: module}``.
         phase / loss_weights: the phase :meth:`loss` runs and its non-zero weights.
 
@@ -91,9 +93,11 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         return next(vars(base)['option_dicts']['data_preprocessor'][0] for base in cls.__mro__
                     if 'data_preprocessor' in vars(base).get('option_dicts', {}))
 
-    def build_backbone(self, cfg: dict) -> TextBackbone:
-        """Build the backbone of ``cfg`` (a ``MODELS`` config) and check that its source
-        tokenizer fits its text tower.
+    def build_backbone(self, cfg: dict, source_language: str = 'en') -> TextBackbone:
+        """Build the backbone of ``cfg`` (a ``MODELS`` config), check that its source
+        tokenizer fits its text tower, and bind the data preprocessor to that tokenizer, for
+        captions in ``source_language``, and to its image statistics (a retriever with a
+        target-language tokenizer binds again with it).
 
         Checked here, not only by each backbone: a backbone from a user's own code that does not
         call :func:`~xmr.models.backbones.base.check_tokenizer_fits` would otherwise run until
@@ -119,6 +123,10 @@ class BaseRetriever(BaseModel, metaclass=ABCMeta):
         check_interface(backbone, VisionLanguageBackbone if isinstance(
             backbone, VisionLanguageBackbone) else TextBackbone, type(self).__name__)
         check_tokenizer_fits(backbone.tokenizer, backbone.text_tower, owner)
+        reads_media = isinstance(backbone, VisionLanguageBackbone)
+        self.data_preprocessor.bind(backbone.tokenizer, None,
+                                    backbone.image_mean if reads_media else None,
+                                    backbone.image_std if reads_media else None, source_language)
         return backbone
 
     @classmethod
