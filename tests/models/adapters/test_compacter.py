@@ -7,6 +7,7 @@ from tests.models.adapters.peft_helpers import build_clip_branch
 from xmr.models.adapters import (
     AdapterContext,
     AdapterPlacement,
+    AdapterSite,
     CompacterAdapter,
     PHMLinear,
     PHMRule,
@@ -204,3 +205,13 @@ def test_a_shared_rule_of_another_n_and_an_output_n_does_not_divide_are_refused(
         PHMLinear(8, 8, phm_dim=4, rule=PHMRule(2))
     with pytest.raises(ValueError, match='out_features=6 is not divisible by phm_dim=4'):
         PHMLinear(8, 6)
+
+
+def test_a_bottleneck_phm_dim_does_not_divide_names_the_options_it_comes_from():
+    """On a tower 32 wide the defaults (reduction 16, n = 4) make a bottleneck of 2, which the
+    PHM layer refused as 'out_features=2 is not divisible by phm_dim=4', naming neither."""
+    with pytest.raises(ValueError, match=(
+            r'^Compacter phm_dim 4 must divide the tower width 32 and the bottleneck '
+            r'width // reduction_factor = 2: .*choose a smaller phm_dim or reduction_factor$')):
+        CompacterAdapter(AdapterPlacement(32, AdapterSite.ATTN_OUTPUT, 0))
+    CompacterAdapter(AdapterPlacement(32, AdapterSite.ATTN_OUTPUT, 0), reduction_factor=8)

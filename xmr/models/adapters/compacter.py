@@ -150,9 +150,15 @@ class CompacterAdapter(BaseAdapter):
         if width % reduction_factor:
             raise ValueError(f'Compacter reduction_factor {reduction_factor} must divide the '
                              f'tower width {width}')
+        hidden = width // reduction_factor
+        if hidden % phm_dim or width % phm_dim:
+            # PHMLinear's own refusal named neither option nor the width they came from.
+            raise ValueError(f'Compacter phm_dim {phm_dim} must divide the tower width {width} '
+                             f'and the bottleneck width // reduction_factor = {hidden}: its '
+                             'layers are sums of phm_dim x phm_dim Kronecker blocks; choose a '
+                             'smaller phm_dim or reduction_factor')
         if share_rule and shared is None:
             self.own_rule = shared = PHMRule(phm_dim, rule_init_std)
-        hidden = width // reduction_factor
         self.activation_name = activation
         self.activation = get_activation(activation)
         layer = dict(phm_dim=phm_dim, rank=rank, factor_init=factor_init, init_std=init_std,
