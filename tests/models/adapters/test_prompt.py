@@ -200,3 +200,25 @@ def test_a_prompt_goes_after_the_start_token_or_first_when_the_tokenizer_writes_
         prompt = HardPrompt(AdapterPlacement(1), text='a photo of')
     prompt.attach(tokenizer, ids_as_features)
     _assert_prompt_writes_the_prefix(prompt, tokenizer, ids_as_features)
+
+
+def test_an_input_adapter_that_lengthens_the_tokens_without_their_mask_is_refused():
+    """Packed, each later caption read its tokens at the wrong positions (its embedding changed
+    with its batch, training on); padded, attention failed with SDPA's size error."""
+    from xmr.registry import ADAPTERS
+
+    @ADAPTERS.register_module()
+    class ForgetfulPrompt(SoftPrompt):
+        def forward(self, x, ctx):
+            return torch.cat([self.prompt.expand(len(x), -1, -1), x], dim=1)
+
+    try:
+        _, branch = build_clip_branch(dict(type='ForgetfulPrompt', num_tokens=3),
+                                      languages=['de'])
+        with pytest.raises(ValueError, match=(
+                r'^input adapter ForgetfulPrompt \(de\) returned \(3, \d+\) tokens for a mask of '
+                r'\(3, \d+\): an adapter that lengthens the sequence updates '
+                r'ctx\.attention_mask and ctx\.eos_index too')):
+            branch(branch.tokenize(CAPTIONS), ['de'] * 3)
+    finally:
+        ADAPTERS.module_dict.pop('ForgetfulPrompt')

@@ -448,6 +448,14 @@ class TargetLanguageBranch(nn.Module):
         x = self.embedding(input_ids)
         for adapter in self.adapters.input_adapters(ctx.lang):
             x = adapter(x, ctx)
+            if x.shape[:2] != ctx.attention_mask.shape[:2]:
+                # Unchecked, packing read each later caption's tokens at the wrong positions
+                # (an embedding that changed with its batch), and padding failed in attention.
+                raise ValueError(f'input adapter {type(adapter).__name__} ({ctx.lang}) returned '
+                                 f'{tuple(x.shape[:2])} tokens for a mask of '
+                                 f'{tuple(ctx.attention_mask.shape[:2])}: an adapter that '
+                                 'lengthens the sequence updates ctx.attention_mask and '
+                                 'ctx.eos_index too (docs/custom_modules.md)')
         return x
 
     def forward(self, tokens: TokenBatch, langs: Sequence[str],
