@@ -439,15 +439,12 @@ def changed_cfg(method: str, change: str, value) -> dict:
     ('mla', 'language_branch.num_blocks', 2, 'model.language_branch.num_blocks is 2'),
     ('mla', 'language_branch.adapters', dict(type='StaticAdapter', hidden=D_U,
                                              sites=['mlp.output']), 'StaticAdapter at 0:mlp'),
-    ('mla', 'language_branch.adapters', dict(type='DynamicAdapter', hidden=D_U),
-     'DynamicAdapter at 0:block_output'),
     ('dasd', 'disentangler.depth', 1, 'model.disentangler.depth is 1'),
     ('dasd', 'disentangler.padding_as_tokens', False, 'padding_as_tokens is False'),
     ('dasd', 'disentangler.stream_adapters', True, 'stream_adapters is True'),
     ('dasd', 'disentangler.per_language', True, 'PerLanguageDisentangler'),
     ('dasd', 'disentangler.generator.activation', 'gelu', 'activation is \'GELU\''),
     ('dasd', 'disentangler.features', ['sr'], "model.disentangler.features is ('sr',)"),
-    ('dasd', 'disentangler', None, 'model.disentangler is None'),
     ('dasd', 'language_branch.embedding.padding_idx', 0, 'embedding.padding_idx is 0'),
     pytest.param('dasd', 'language_branch.tokenizer',
                  dict(type='HFTokenizer', max_length=CONTEXT, pad_to=CONTEXT, lowercase=True,
@@ -487,6 +484,12 @@ def test_a_config_that_computes_otherwise_than_the_authors_is_refused(
     ('dasd', 'language_branch.tokenizer.pad_to', None,
      'model.disentangler.padding_as_tokens=True averages the padding into f^sa, but '
      'model.language_branch.tokenizer has no pad_to'),
+    # Dynamic adapters without the SDM that makes their W^z (MLA's model given DASD's adapters,
+    # DASD's without its disentangler): the model's config check refuses both.
+    ('mla', 'language_branch.adapters', dict(type='DynamicAdapter', hidden=D_U),
+     "adapter DynamicAdapter reads a per-caption condition (DASD's W^z) that only a "
+     'disentangler makes'),
+    ('dasd', 'disentangler', None, "adapter DynamicAdapter reads a per-caption condition"),
 ])
 def test_a_config_whose_model_cannot_be_built_is_refused_naming_it(method, change, value, named,
                                                                    tmp_path, capsys):
