@@ -437,15 +437,14 @@ def _kinds_outside_sequences(annotation: Any) -> set[str]:
     return set(re.findall(r'\b(str|int|float)\b', text))
 
 
-_SEQUENCE_OF = re.compile(r'\b(?:Sequence|Iterable|Collection|list|List|tuple|Tuple|set|Set|'
-                          r'frozenset|FrozenSet)\[[^][]*\]')
+_SEQUENCES = 'Sequence|Iterable|Collection|list|List|tuple|Tuple|set|Set|frozenset|FrozenSet'
+_DICTS = 'dict|Dict|Mapping|ConfigDict|ConfigType|OptConfigType'
+_SEQUENCE_OF = re.compile(rf'\b(?:{_SEQUENCES})\[[^][]*\]')
 # An annotation that takes a config dict; one that may take a string beside it (a path, a
 # registered name, a choice); one that takes a sequence, a mapping or anything.
-_DICT = re.compile(r'\b(?:dict|Dict|Mapping|ConfigDict|ConfigType|OptConfigType)\b')
+_DICT = re.compile(rf'\b(?:{_DICTS})\b')
 _TAKES_A_STRING = re.compile(r'\b(?:str|Any|object|Literal|Path|PathLike|Callable|type)\b')
-_TAKES_A_CONTAINER = re.compile(r'\b(?:Sequence|Iterable|Collection|list|List|tuple|Tuple|set|Set|'
-                                r'frozenset|FrozenSet|dict|Dict|Mapping|ConfigDict|ConfigType|'
-                                r'OptConfigType|Any|object|Tensor|ndarray)\b')
+_TAKES_A_CONTAINER = re.compile(rf'\b(?:{_SEQUENCES}|{_DICTS}|Any|object|Tensor|ndarray)\b')
 
 
 #: The packages whose modules register into xmr's registries, and the modules of

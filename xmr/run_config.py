@@ -423,9 +423,11 @@ def _check_optim_constructor(optim_wrapper: Any) -> None:
     from xmr.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
     name = optim_wrapper.get('constructor') if isinstance(optim_wrapper, Mapping) else None
-    if isinstance(name, str) and name not in OPTIM_WRAPPER_CONSTRUCTORS:
-        raise UserKeyError('optim_wrapper.constructor: '
-                           + OPTIM_WRAPPER_CONSTRUCTORS._unknown_type_message(name))
+    if isinstance(name, str):
+        try:
+            OPTIM_WRAPPER_CONSTRUCTORS.get(name)
+        except UserKeyError as error:
+            raise UserKeyError(f'optim_wrapper.constructor: {error.args[0]}') from None
 
 
 def _wrapper_options(optim_wrapper: Any) -> Any:

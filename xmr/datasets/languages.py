@@ -280,8 +280,9 @@ def register_language(code: str, aliases: Sequence[str] = ()) -> str:
     if isinstance(aliases, str):
         raise LanguageCodeError(f'register_language({code!r}): aliases must be a list of codes, '
                                 f'got the string {aliases!r}; write [{aliases!r}]')
-    for spelling in (code, *aliases):
-        for variant in _spelt_alike(spelling):
+    spellings = {spelling: _spelt_alike(spelling) for spelling in (code, *aliases)}
+    for spelling, variants in spellings.items():
+        for variant in variants:
             try:  # as a code is read: through its subtags too (sr-Cyrl is sr)
                 known = normalize_language(variant)
             except LanguageCodeError:
@@ -289,8 +290,7 @@ def register_language(code: str, aliases: Sequence[str] = ()) -> str:
             if known != code:
                 raise LanguageCodeError(f'register_language({code!r}): {spelling!r} already '
                                         f'names the language {known!r}; register another code')
-    _ALIASES.update(dict.fromkeys((variant for spelling in (code, *aliases)
-                                   for variant in _spelt_alike(spelling)), code))
+    _ALIASES.update(dict.fromkeys(set().union(*spellings.values()), code))
     return code
 
 
